@@ -1,0 +1,79 @@
+"""The `gpuctl` application and its one error boundary."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from gpuctl import __version__
+from gpuctl.cli import config_cmds
+from gpuctl.cli.exit_codes import ExitCode
+from gpuctl.cli.output import err_console, print_error
+from gpuctl.errors import ConfigError, GpuctlError, UsageError
+
+
+class _Boundary(TyperGroup):
+    """Translates library errors into messages and exit codes, for every command."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
+        try:
+            return super().invoke(ctx)
+        except (ConfigError, UsageError) as exc:
+            print_error(exc)
+            raise typer.Exit(ExitCode.CONFIG) from None
+        except GpuctlError as exc:
+            print_error(exc)
+            raise typer.Exit(ExitCode.CHECK_FAILED) from None
+        except KeyboardInterrupt:
+            err_console().print("interrupted")
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except Exception:
+            sys.stderr.write(traceback.format_exc())
+            err_console().print(
+                "[red]internal error[/red]: this is a bug in gpuctl; please report it with the "
+                "traceback above"
+            )
+            raise typer.Exit(ExitCode.INTERNAL) from None
+
+
+app = typer.Typer(
+    name="gpuctl",
+    cls=_Boundary,
+    help="Bring up GPU clusters and prove they work, from one cluster.yml.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuctl {__version__}")
+        raise typer.Exit(ExitCode.OK)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Bring up GPU clusters and prove they work, from one cluster.yml.
+
+    Exit codes: 0 success, 1 a check failed, 2 usage or configuration error,
+    70 internal error (a bug), 130 interrupted.
+    """
+
+
+config_cmds.register(app)
+
+
+def main() -> None:
+    sys.exit(app(prog_name="gpuctl"))

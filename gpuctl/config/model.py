@@ -1,0 +1,631 @@
+"""The cluster.yml model: pydantic v2, strict about unknown keys, documented field by field.
+
+Structure and types are checked here; rules that relate several fields to each other live in
+``gpuctl.config.rules`` and run from the root model's after-validator, so that every path to a
+``Cluster`` (the loader, ``Cluster.model_validate``) enforces them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
+
+SCHEMA_VERSION = 1
+
+_NAME_RE = r"^[a-z][a-z0-9_-]{0,62}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Reusable field types
+
+
+def _no_numbers(value: Any) -> Any:
+    """YAML reads ``12.10`` as the number 12.1: versions must be quoted strings."""
+    if isinstance(value, bool | int | float):
+        raise ValueError(
+            f'write versions as quoted strings ("{value}"): YAML reads unquoted versions as '
+            "numbers and drops digits (12.10 becomes 12.1)"
+        )
+    return value
+
+
+def _nodeset(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text:
+        raise ValueError("empty node set")
+    try:
+        nodes = NodeSet(text)
+    except (NodeSetParseError, ValueError) as exc:
+        raise ValueError(f"not a valid node set {value!r}: {exc}") from None
+    if len(nodes) == 0:
+        raise ValueError(f"node set {value!r} names no node")
+    return text
+
+
+Version = Annotated[
+    str,
+    BeforeValidator(_no_numbers),
+    Field(pattern=r"^[0-9A-Za-z][0-9A-Za-z.+~_-]*$", max_length=64),
+]
+Name = Annotated[str, Field(pattern=_NAME_RE)]
+NodeSetStr = Annotated[
+    str,
+    BeforeValidator(_nodeset),
+    Field(
+        description="Host names as a ClusterShell node set, e.g. `gpu[001-064]` or `a,b,c[1-3]`.",
+        examples=["gpu[001-064]"],
+    ),
+]
+Url = Annotated[str, Field(pattern=r"^(https?|file)://\S+$")]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+def expand(nodeset: str) -> list[str]:
+    """Expand a node set string, keeping ClusterShell's order (sorted, numeric-aware)."""
+    return list(NodeSet(nodeset))
+
+
+# --------------------------------------------------------------------------------------------
+# Access and sources
+
+
+class JumpHost(_Strict):
+    """An SSH bastion every connection goes through (ProxyJump)."""
+
+    host: str = Field(min_length=1, description="Address or name of the jump host.")
+    user: str | None = Field(None, description="SSH user on the jump host (default: `ssh.user`).")
+    port: Port = Field(22, description="SSH port of the jump host.")
+
+
+class Ssh(_Strict):
+    """How gpuctl and Ansible reach the nodes."""
+
+    user: str = Field("root", min_length=1, description="SSH login user on every node.")
+    private_key: str | None = Field(
+        None,
+        description="Private key file (`~` expanded); null uses the SSH agent / default keys.",
+    )
+    port: Port = Field(22, description="SSH port on the nodes.")
+    jump_host: JumpHost | None = Field(None, description="Optional bastion (ProxyJump).")
+    become: bool = Field(
+        True,
+        description="Escalate with sudo on the nodes; must be true unless `user` is root.",
+    )
+    connect_timeout_s: int = Field(10, ge=1, le=600, description="SSH connect timeout in seconds.")
+
+
+class PackageSources(_Strict):
+    """Where packages come from. Point every URL at your own mirror for an air-gapped cluster."""
+
+    os_mirror: Url | None = Field(
+        None,
+        description="Mirror of the OS distribution (apt or dnf); null keeps the nodes' sources.",
+    )
+    cuda: Url = Field(
+        "https://developer.download.nvidia.com/compute/cuda/repos",
+        description="NVIDIA CUDA repository root (driver, Fabric Manager, NCCL, DCGM); "
+        "`<distro>/<arch>/` is appended.",
+    )
+    doca: Url = Field(
+        "https://linux.mellanox.com/public/repo/doca",
+        description="NVIDIA DOCA repository root; used only with `rdma.stack: doca-ofed`.",
+    )
+    nccl_tests: Url = Field(
+        "https://github.com/NVIDIA/nccl-tests.git",
+        description="Git URL of nccl-tests (or a mirror of it).",
+    )
+    pypi_index: Url | None = Field(
+        None, description="Python package index for tools installed on nodes; null = default."
+    )
+    http_proxy: Url | None = Field(
+        None, description="HTTP(S) proxy the nodes use for package downloads."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Software
+
+
+class KernelModules(StrEnum):
+    OPEN = "open"
+    PROPRIETARY = "proprietary"
+
+
+class Driver(_Strict):
+    """The NVIDIA data center driver."""
+
+    branch: Version = Field(description='Driver branch, e.g. "570" (packages are pinned to it).')
+    version: Version = Field(
+        description='Exact driver version, e.g. "570.133.20"; must belong to `branch`.'
+    )
+    kernel_modules: KernelModules = Field(
+        KernelModules.OPEN,
+        description="`open` (default since R560, required on Blackwell) or `proprietary`.",
+    )
+
+
+class FabricManager(_Strict):
+    """NVIDIA Fabric Manager: implied on NVSwitch systems, at exactly the driver's version."""
+
+    enabled: bool | None = Field(
+        None,
+        description="null = install where GPUs sit on NVSwitch (the normal case); "
+        "true/false forces it (false is refused on NVSwitch systems).",
+    )
+    version: Version | None = Field(
+        None, description="Must equal `software.driver.version`; null = the driver's version."
+    )
+
+
+class RdmaStack(StrEnum):
+    INBOX = "inbox"
+    DOCA_OFED = "doca-ofed"
+
+
+class Rdma(_Strict):
+    """The RDMA user space and drivers."""
+
+    stack: RdmaStack = Field(
+        RdmaStack.INBOX, description="`inbox` (distribution rdma-core) or `doca-ofed`."
+    )
+    doca_version: Version | None = Field(
+        None, description='DOCA version, required with `doca-ofed` (e.g. "2.9.1").'
+    )
+    peermem: bool = Field(True, description="Load nvidia-peermem for GPUDirect RDMA.")
+
+
+class MpiFlavor(StrEnum):
+    OPENMPI = "openmpi"
+    HPCX = "hpcx"
+
+
+class Mpi(_Strict):
+    """MPI used to build and launch nccl-tests."""
+
+    flavor: MpiFlavor = Field(MpiFlavor.OPENMPI, description="`openmpi` (distribution) or `hpcx`.")
+    version: Version | None = Field(None, description="Version (required for `hpcx`).")
+    url: Url | None = Field(None, description="Download URL of the HPC-X tarball (for `hpcx`).")
+
+
+class Software(_Strict):
+    """Pinned versions of everything gpuctl installs. Drift between them breaks clusters."""
+
+    driver: Driver
+    fabric_manager: FabricManager = Field(
+        default_factory=lambda: FabricManager(), description="Fabric Manager."
+    )
+    cuda: Version = Field(description='CUDA toolkit version, major.minor, e.g. "12.8".')
+    nccl: Version = Field(
+        description='NCCL package version as the CUDA repository names it: "2.26.2-1+cuda12.8".'
+    )
+    nccl_tests: Version = Field(description='nccl-tests release tag without the v, e.g. "2.14.1".')
+    dcgm: Version = Field(description='DCGM version, e.g. "4.2.3".')
+    rdma: Rdma = Field(default_factory=lambda: Rdma(), description="RDMA stack.")
+    mpi: Mpi = Field(default_factory=lambda: Mpi(), description="MPI for nccl-tests.")
+    slurm: Version | None = Field(
+        None, description="Slurm version to install; null = the distribution's package."
+    )
+
+    @model_validator(mode="after")
+    def _cuda_major_minor(self) -> Software:
+        if not re.fullmatch(r"\d+\.\d+", self.cuda):
+            raise ValueError(f'cuda must be major.minor like "12.8", not "{self.cuda}"')
+        return self
+
+
+# --------------------------------------------------------------------------------------------
+# Hardware
+
+
+class GpuModel(StrEnum):
+    """GPU models gpuctl knows (facts and default thresholds in ``gpuctl/data/gpu_models.yml``)."""
+
+    A100_SXM4_40GB = "a100-sxm4-40gb"
+    A100_SXM4_80GB = "a100-sxm4-80gb"
+    H100_SXM = "h100-sxm"
+    H200_SXM = "h200-sxm"
+    B200 = "b200"
+    H100_NVL = "h100-nvl"
+    L40S = "l40s"
+    RTX_6000_ADA = "rtx-6000-ada"
+
+
+class Interconnect(StrEnum):
+    NVSWITCH = "nvswitch"
+    NVLINK = "nvlink"
+    NVLINK_BRIDGE = "nvlink-bridge"
+    PCIE_SWITCH = "pcie-switch"
+    PCIE = "pcie"
+    NONE = "none"
+
+
+class Gpus(_Strict):
+    """The GPUs in each node of the group."""
+
+    model: GpuModel = Field(description="GPU model (see the table of models).")
+    count: int = Field(ge=1, le=16, description="GPUs per node.")
+    interconnect: Interconnect | None = Field(
+        None,
+        description="How GPUs connect to each other: `nvswitch` (HGX/DGX baseboard), `nvlink` "
+        "(direct NVLink, 4-GPU boards), `nvlink-bridge` (PCIe cards in bridged pairs), "
+        "`pcie-switch`, `pcie` (CPU root ports), `none` (one GPU). null = the model's usual one.",
+    )
+
+
+class Cpu(_Strict):
+    """CPU layout of each node, for Slurm's NodeName line."""
+
+    sockets: int = Field(ge=1, le=16, description="CPU sockets.")
+    cores_per_socket: int = Field(ge=1, le=1024, description="Physical cores per socket.")
+    threads_per_core: int = Field(1, ge=1, le=8, description="Hardware threads per core.")
+
+
+class Nic(_Strict):
+    """Network adapters of one kind in each node of the group."""
+
+    devices: NodeSetStr = Field(
+        description="RDMA device names as a node set, e.g. `mlx5_[0-7]` (as `ibstat` lists them)."
+    )
+    fabric: Name = Field(description="Name of the fabric (in `fabrics`) these ports connect to.")
+    rate_gbps: int | None = Field(
+        None, description="Link rate in Gb/s; null = the fabric's rate. Must suit the fabric."
+    )
+    rails: bool = Field(
+        False,
+        description="Rail-optimized: the i-th device of every node connects to rail i.",
+    )
+
+
+class Role(StrEnum):
+    CONTROLLER = "controller"
+    LOGIN = "login"
+    COMPUTE = "compute"
+
+
+class Thresholds(_Strict):
+    """Validation thresholds. Unset values fall back to the GPU model's and fabric's defaults."""
+
+    nccl_all_reduce_busbw_gbs: float | None = Field(
+        None, gt=0, description="Minimum single-node all_reduce bus bandwidth, GB/s."
+    )
+    nccl_multinode_busbw_gbs: float | None = Field(
+        None, gt=0, description="Minimum multi-node all_reduce bus bandwidth, GB/s."
+    )
+    ib_write_bw_gbps: float | None = Field(
+        None, gt=0, description="Minimum ib_write_bw per adapter, Gb/s."
+    )
+    ib_write_lat_p99_us: float | None = Field(
+        None, gt=0, description="Maximum ib_write_lat 99th percentile, microseconds."
+    )
+    pcie_h2d_gbs: float | None = Field(
+        None, gt=0, description="Minimum host-to-device copy bandwidth per GPU, GB/s."
+    )
+    pcie_d2h_gbs: float | None = Field(
+        None, gt=0, description="Minimum device-to-host copy bandwidth per GPU, GB/s."
+    )
+    fleet_relative_min: float | None = Field(
+        None, gt=0, le=1, description="Fail a node below this fraction of the fleet median."
+    )
+    remapped_rows_pending_max: int | None = Field(
+        None, ge=0, description="Most GPU rows pending remap."
+    )
+    remapped_rows_failure_max: int | None = Field(None, ge=0, description="Most failed row remaps.")
+    sram_uncorrectable_max: int | None = Field(
+        None, ge=0, description="Most SRAM uncorrectable ECC errors."
+    )
+    sram_correctable_max: int | None = Field(
+        None, ge=0, description="Most SRAM correctable ECC errors."
+    )
+    dram_correctable_max: int | None = Field(
+        None, ge=0, description="Most DRAM correctable ECC errors."
+    )
+    xid_fatal: list[int] | None = Field(
+        None, description="XID codes that fail a node (replaces the default list)."
+    )
+    ib_link_flaps_max: int | None = Field(
+        None, ge=0, description="Most link-down events per adapter in 24 h."
+    )
+
+
+class Level(StrEnum):
+    QUICK = "quick"
+    STANDARD = "standard"
+    LONG = "long"
+
+
+class GroupValidation(_Strict):
+    """Validation settings for one node group."""
+
+    level: Level | None = Field(None, description="Default check level; null = the cluster's.")
+    thresholds: Thresholds = Field(
+        default_factory=lambda: Thresholds(), description="Overrides for this group."
+    )
+
+
+class GroupSlurm(_Strict):
+    """Slurm settings for the group's NodeName line."""
+
+    features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]] = Field(
+        default_factory=list, description="Node features (constraints), e.g. `[h100, ib]`."
+    )
+    weight: int | None = Field(None, ge=0, description="Scheduling weight (lower is used first).")
+
+
+class NodeGroup(_Strict):
+    """Nodes of one shape and purpose."""
+
+    name: Name = Field(description="Group name (becomes the Ansible group `ng_<name>`).")
+    nodes: NodeSetStr = Field(description="Host names, e.g. `gpu[001-064]`.")
+    addresses: NodeSetStr | None = Field(
+        None,
+        description="Management addresses, one per node in the order of `nodes`, as a node set "
+        "(`10.0.0.[11-74]`); null = reach nodes by name.",
+    )
+    roles: list[Role] = Field(
+        min_length=1, description="`controller`, `login`, `compute` (one or more)."
+    )
+    gpus: Gpus | None = Field(None, description="GPUs per node; null for CPU-only nodes.")
+    cpu: Cpu | None = Field(None, description="CPU layout (Slurm NodeName); null = undeclared.")
+    memory_mb: int | None = Field(
+        None, ge=1, description="Memory Slurm may allocate (RealMemory), MiB."
+    )
+    nics: list[Nic] = Field(default_factory=list, description="High-speed network adapters.")
+    validation: GroupValidation = Field(
+        default_factory=lambda: GroupValidation(), description="Validation settings."
+    )
+    slurm: GroupSlurm = Field(
+        default_factory=lambda: GroupSlurm(), description="Slurm node settings."
+    )
+
+    def node_names(self) -> list[str]:
+        return expand(self.nodes)
+
+    def address_list(self) -> list[str] | None:
+        return expand(self.addresses) if self.addresses is not None else None
+
+
+# --------------------------------------------------------------------------------------------
+# Fabrics
+
+
+class FabricKind(StrEnum):
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+
+
+class IbGeneration(StrEnum):
+    EDR = "edr"
+    HDR = "hdr"
+    NDR = "ndr"
+    XDR = "xdr"
+
+
+class SubnetManager(StrEnum):
+    SWITCH = "switch"
+    OPENSM = "opensm"
+
+
+class RoceQos(_Strict):
+    """Lossless RoCE settings (NVIDIA's recommended defaults)."""
+
+    trust: Literal["dscp", "pcp"] = Field("dscp", description="QoS trust mode.")
+    pfc_priority: int = Field(3, ge=0, le=7, description="Priority with PFC enabled.")
+    dscp: int = Field(26, ge=0, le=63, description="DSCP value for RoCE traffic.")
+    ecn: bool = Field(True, description="ECN / DCQCN congestion control.")
+
+
+class Ipoib(_Strict):
+    """IP over InfiniBand addressing."""
+
+    network: str = Field(description="IPv4 network for IPoIB interfaces, e.g. `10.10.0.0/16`.")
+
+    @model_validator(mode="after")
+    def _network(self) -> Ipoib:
+        try:
+            ipaddress.IPv4Network(self.network, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"not an IPv4 network: {exc}") from None
+        return self
+
+
+class Leaf(_Strict):
+    """A leaf (edge) switch and the nodes cabled to it."""
+
+    name: Name = Field(description="Switch name (as in topology.conf).")
+    nodes: NodeSetStr = Field(description="Nodes that hang off this leaf.")
+
+
+class Spine(_Strict):
+    """A spine switch and the switches below it."""
+
+    name: Name = Field(description="Switch name (as in topology.conf).")
+    switches: NodeSetStr = Field(
+        description="Leaves (or lower spines) below it, e.g. `leaf[01-04]`."
+    )
+
+
+class Topology(_Strict):
+    """The fabric's switch tree, for Slurm's topology.conf."""
+
+    kind: Literal["fat-tree"] = Field("fat-tree", description="Only `fat-tree` for now.")
+    leaves: list[Leaf] = Field(min_length=1, description="Leaf switches.")
+    spines: list[Spine] = Field(default_factory=list, description="Spine (and core) switches.")
+
+
+class Fabric(_Strict):
+    """One high-speed network (InfiniBand subnet or RoCE fabric)."""
+
+    name: Name = Field(description="Fabric name, referenced by `nics[].fabric`.")
+    kind: FabricKind = Field(description="`infiniband` or `roce`.")
+    generation: IbGeneration | None = Field(
+        None, description="InfiniBand generation (`edr`, `hdr`, `ndr`, `xdr`); InfiniBand only."
+    )
+    rate_gbps: int | None = Field(
+        None,
+        description="Port rate in Gb/s. InfiniBand: derived from `generation` when null. "
+        "RoCE: required (100, 200 or 400).",
+    )
+    subnet_manager: SubnetManager | None = Field(
+        None, description="InfiniBand only: `switch` (managed switch) or `opensm` on a node."
+    )
+    ipoib: Ipoib | None = Field(None, description="InfiniBand only: IPoIB addressing.")
+    qos: RoceQos | None = Field(None, description="RoCE only: lossless settings (PFC/ECN/DSCP).")
+    topology: Topology | None = Field(
+        None, description="Switch tree; null for a single node or when not modelled."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Slurm
+
+
+class Partition(_Strict):
+    """A Slurm partition."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")] = Field(description="Partition name.")
+    node_groups: list[Name] = Field(
+        default_factory=list, description="Node groups whose nodes belong to it."
+    )
+    nodes: NodeSetStr | None = Field(None, description="More nodes, as a node set.")
+    default: bool = Field(False, description="The default partition (at most one).")
+    max_time: str = Field(
+        "INFINITE",
+        pattern=r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}(:\d{2})?)?)$",
+        description="MaxTime: `INFINITE`, minutes, `HH:MM:SS` or `D-HH:MM:SS`.",
+    )
+    state: Literal["UP", "DOWN", "DRAIN", "INACTIVE"] = Field("UP", description="Partition state.")
+
+
+class Cgroup(_Strict):
+    """cgroup.conf."""
+
+    constrain_cores: bool = Field(True, description="ConstrainCores.")
+    constrain_devices: bool = Field(True, description="ConstrainDevices (GPU isolation).")
+    constrain_ram_space: bool = Field(True, description="ConstrainRAMSpace.")
+
+
+TaskPlugin = Literal["task/cgroup", "task/affinity", "task/none"]
+
+
+def _default_task_plugins() -> list[TaskPlugin]:
+    return ["task/cgroup", "task/affinity"]
+
+
+class Slurm(_Strict):
+    """Slurm: controller, partitions and what slurm.conf, gres.conf and topology.conf need."""
+
+    controller: str = Field(min_length=1, description="Node that runs slurmctld.")
+    backup_controller: str | None = Field(None, description="Node that runs a backup slurmctld.")
+    cluster_name: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,40}$")] | None = Field(
+        None, description="ClusterName; null = the cluster's `name`."
+    )
+    partitions: list[Partition] = Field(min_length=1, description="Partitions.")
+    gres_autodetect: Literal["off", "nvml"] = Field(
+        "off",
+        description="`nvml` needs slurmd built with NVML; `off` lists `/dev/nvidiaN` files.",
+    )
+    select_type_parameters: Literal["CR_Core", "CR_Core_Memory", "CR_CPU", "CR_CPU_Memory"] = Field(
+        "CR_Core_Memory", description="SelectTypeParameters for select/cons_tres."
+    )
+    proctrack: Literal["cgroup", "linuxproc"] = Field(
+        "cgroup", description="ProctrackType plugin (`linuxproc` where cgroups are unavailable)."
+    )
+    task_plugins: list[TaskPlugin] = Field(
+        default_factory=_default_task_plugins,
+        description="TaskPlugin list.",
+    )
+    return_to_service: Literal[0, 1, 2] = Field(
+        1, description="ReturnToService (0 never, 1 if down for non-response, 2 any valid)."
+    )
+    topology_fabric: Name | None = Field(
+        None,
+        description="Fabric whose topology becomes topology.conf; needed when several have one.",
+    )
+    cgroup: Cgroup = Field(default_factory=lambda: Cgroup(), description="cgroup.conf settings.")
+    extra: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")], str | int | bool] = Field(
+        default_factory=dict,
+        description="More slurm.conf parameters (`Key: value`); keys gpuctl manages are refused.",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and rollout
+
+
+class Validation(_Strict):
+    """Cluster-wide validation settings."""
+
+    level: Level = Field(Level.STANDARD, description="Default check level.")
+    thresholds: Thresholds = Field(
+        default_factory=lambda: Thresholds(),
+        description="Overrides for every group (group overrides win).",
+    )
+
+
+class Rollout(_Strict):
+    """Defaults for `gpuctl rollout`."""
+
+    canary: int = Field(1, ge=0, description="Nodes updated alone first; 0 skips the canary.")
+    batch_size: int | None = Field(
+        None, ge=1, description="Nodes per batch after the canary (exclusive with max_unavailable)."
+    )
+    max_unavailable: Annotated[str, Field(pattern=r"^(100|[1-9]?[0-9])%$")] | int | None = Field(
+        None,
+        description='Most compute nodes out of service at once: a count or a percentage ("10%").',
+    )
+    failure_threshold: int = Field(
+        1, ge=1, description="Halt the rollout once this many nodes have failed."
+    )
+    drain_timeout_s: int = Field(3600, ge=1, description="Longest wait for running jobs to end.")
+    reboot_timeout_s: int = Field(1800, ge=1, description="Longest wait for a node to come back.")
+
+
+# --------------------------------------------------------------------------------------------
+# Root
+
+
+class Cluster(_Strict):
+    """A GPU cluster: the one file every gpuctl command reads."""
+
+    schema_version: Literal[1] = Field(1, description="Version of this file's schema (1).")
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,39}$")] = Field(
+        description="Cluster name (lower case, digits, dashes)."
+    )
+    ssh: Ssh = Field(default_factory=lambda: Ssh(), description="SSH access.")
+    package_sources: PackageSources = Field(
+        default_factory=lambda: PackageSources(), description="Package repositories."
+    )
+    software: Software = Field(description="Pinned software versions.")
+    fabrics: list[Fabric] = Field(
+        default_factory=list, description="High-speed fabrics (empty for a single node)."
+    )
+    node_groups: list[NodeGroup] = Field(min_length=1, description="Groups of nodes.")
+    slurm: Slurm = Field(description="Slurm settings.")
+    validation: Validation = Field(
+        default_factory=lambda: Validation(), description="Validation defaults."
+    )
+    rollout: Rollout = Field(default_factory=lambda: Rollout(), description="Rollout defaults.")
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> Cluster:
+        from gpuctl.config.rules import check_rules
+
+        check_rules(self)
+        return self

@@ -1,0 +1,436 @@
+"""Render a Cluster into the Ansible inventory, ansible.cfg and Slurm's configuration files.
+
+``render_files`` is pure (cluster -> {relative path: text}); ``write_rendered`` puts the files on
+disk atomically and removes files an earlier render wrote that are no longer produced.
+The same input always gives byte-identical output: no timestamps, stable ordering.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+from ClusterShell.NodeSet import NodeSet
+
+from gpuctl.config.catalog import gpu_spec
+from gpuctl.config.derived import effective_thresholds, nodes
+from gpuctl.config.model import Cluster, NodeGroup
+from gpuctl.config.rules import (
+    ansible_group_name,
+    effective_interconnect,
+    fabric_rate,
+    has_nvswitch,
+    topology_fabric,
+)
+from gpuctl.errors import RenderError
+from gpuctl.resources import templates_dir
+
+try:
+    from yaml import CSafeDumper as _Dumper
+except ImportError:  # pragma: no cover
+    from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
+
+MANIFEST = ".gpuctl-rendered"
+HEADER = "# Managed by gpuctl from cluster.yml ({name}). Do not edit: re-run `gpuctl render`.\n"
+
+
+@dataclass(frozen=True, slots=True)
+class RenderResult:
+    directory: Path
+    written: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - config files, not HTML
+    )
+
+
+def fold(names: list[str]) -> str:
+    return str(NodeSet.fromlist(names)) if names else ""
+
+
+def _dump(data: Any) -> str:
+    return yaml.dump(
+        data,
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=10_000,
+        allow_unicode=True,
+    )
+
+
+def render_files(cluster: Cluster) -> dict[str, str]:
+    """Every rendered file, keyed by its path relative to the output directory."""
+    header = HEADER.format(name=cluster.name)
+    files: dict[str, str] = {}
+    files["inventory.yml"] = header + _dump(_inventory(cluster))
+    files["group_vars/all.yml"] = header + _dump(_all_vars(cluster))
+    for gi, group in enumerate(cluster.node_groups):
+        name = ansible_group_name("ng", group.name)
+        files[f"group_vars/{name}.yml"] = header + _dump(_group_vars(cluster, group, gi))
+    leaves = _leaf_index(cluster)
+    for node in nodes(cluster):
+        host = {
+            "gpuctl_node_group": node.group,
+            "gpuctl_roles": list(node.roles),
+            "gpuctl_address": node.address,
+            "gpuctl_leaves": leaves.get(node.name, {}),
+        }
+        files[f"host_vars/{node.name}.yml"] = header + _dump(host)
+
+    env = _env()
+    ctx = _template_context(cluster)
+    for target, template in (
+        ("ansible.cfg", "ansible/ansible.cfg.j2"),
+        ("slurm/slurm.conf", "slurm/slurm.conf.j2"),
+        ("slurm/gres.conf", "slurm/gres.conf.j2"),
+        ("slurm/cgroup.conf", "slurm/cgroup.conf.j2"),
+    ):
+        files[target] = env.get_template(template).render(ctx)
+    if ctx["topology"] is not None:
+        files["slurm/topology.conf"] = env.get_template("slurm/topology.conf.j2").render(ctx)
+    return dict(sorted(files.items()))
+
+
+def write_rendered(files: dict[str, str], directory: Path) -> RenderResult:
+    """Write ``files`` under ``directory``; drop files of an earlier render that are gone now."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        manifest = directory / MANIFEST
+        previous: set[str] = set()
+        if manifest.is_file():
+            previous = {ln for ln in manifest.read_text(encoding="utf-8").splitlines() if ln}
+        for rel, text in files.items():
+            _atomic_write(directory / rel, text)
+        removed = sorted(previous - set(files))
+        for rel in removed:
+            target = directory / rel
+            if ".." not in Path(rel).parts and target.is_file():
+                target.unlink()
+        _atomic_write(manifest, "".join(f"{rel}\n" for rel in files))
+    except OSError as exc:
+        raise RenderError(f"cannot write {exc.filename or directory}: {exc.strerror}") from None
+    return RenderResult(directory, tuple(files), tuple(removed))
+
+
+def render_cluster(cluster: Cluster, directory: Path) -> RenderResult:
+    try:
+        files = render_files(cluster)
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template error: {exc}") from None
+    return write_rendered(files, directory)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _ssh_common_args(cluster: Cluster) -> str:
+    ssh = cluster.ssh
+    known = "{{ inventory_dir }}/known_hosts"
+    args = [
+        f"-o UserKnownHostsFile={known}",
+        "-o StrictHostKeyChecking=yes",
+        f"-o ConnectTimeout={ssh.connect_timeout_s}",
+    ]
+    jump = ssh.jump_host
+    if jump is not None:
+        user = jump.user or ssh.user
+        key = f" -i {ssh.private_key}" if ssh.private_key else ""
+        # ProxyCommand (not ProxyJump) so the hop is checked against the same known_hosts file
+        args.append(
+            f'-o ProxyCommand="ssh -W %h:%p -q -p {jump.port}{key} -o BatchMode=yes '
+            f'-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes {user}@{jump.host}"'
+        )
+    return " ".join(args)
+
+
+def _inventory(cluster: Cluster) -> dict[str, Any]:
+    ssh = cluster.ssh
+    all_vars: dict[str, Any] = {
+        "ansible_user": ssh.user,
+        "ansible_port": ssh.port,
+        "ansible_become": ssh.become and ssh.user != "root",
+        "ansible_ssh_common_args": _ssh_common_args(cluster),
+    }
+    if ssh.private_key:
+        all_vars["ansible_ssh_private_key_file"] = ssh.private_key
+    children: dict[str, Any] = {}
+    for group in cluster.node_groups:
+        names = group.node_names()
+        addrs = group.address_list()
+        hosts: dict[str, Any] = {}
+        for i, name in enumerate(names):
+            hosts[name] = {"ansible_host": addrs[i]} if addrs else None
+        children[ansible_group_name("ng", group.name)] = {"hosts": hosts}
+    by_role: dict[str, list[str]] = {"controller": [], "login": [], "compute": []}
+    gpu_hosts: list[str] = []
+    nvswitch_hosts: list[str] = []
+    for group in cluster.node_groups:
+        names = group.node_names()
+        for role in group.roles:
+            by_role[role.value].extend(names)
+        if group.gpus is not None:
+            gpu_hosts.extend(names)
+            if _interconnect(group) == "nvswitch":
+                nvswitch_hosts.extend(names)
+    for role_name, members in by_role.items():
+        if members:
+            children[f"role_{role_name}"] = {"hosts": dict.fromkeys(members)}
+    if gpu_hosts:
+        children["gpu"] = {"hosts": dict.fromkeys(gpu_hosts)}
+    if nvswitch_hosts:
+        children["nvswitch"] = {"hosts": dict.fromkeys(nvswitch_hosts)}
+    for fab in cluster.fabrics:
+        members = [
+            n
+            for g in cluster.node_groups
+            if any(x.fabric == fab.name for x in g.nics)
+            for n in g.node_names()
+        ]
+        if members:
+            children[ansible_group_name("fabric", fab.name)] = {"hosts": dict.fromkeys(members)}
+    topo = topology_fabric(cluster)
+    if topo is not None and topo.topology is not None:
+        for leaf in topo.topology.leaves:
+            children[ansible_group_name("leaf", leaf.name)] = {
+                "hosts": dict.fromkeys(NodeSet(leaf.nodes))
+            }
+    return {"all": {"vars": all_vars, "children": children}}
+
+
+def _interconnect(group: NodeGroup) -> str | None:
+    if group.gpus is None:
+        return None
+    return effective_interconnect(group.gpus.model.value, group.gpus.count, group.gpus.interconnect)
+
+
+def _all_vars(cluster: Cluster) -> dict[str, Any]:
+    sw = cluster.software
+    src = cluster.package_sources
+    slurm = cluster.slurm
+    return {
+        "gpuctl_cluster_name": cluster.name,
+        "gpuctl_schema_version": cluster.schema_version,
+        "gpuctl_package_sources": src.model_dump(mode="json"),
+        "gpuctl_validation_level": cluster.validation.level.value,
+        "gpuctl_rollout": cluster.rollout.model_dump(mode="json"),
+        "nvidia_driver_branch": sw.driver.branch,
+        "nvidia_driver_version": sw.driver.version,
+        "nvidia_driver_kernel_modules": sw.driver.kernel_modules.value,
+        "fabric_manager_version": sw.fabric_manager.version or sw.driver.version,
+        "cuda_version": sw.cuda,
+        "nccl_version": sw.nccl,
+        "nccl_tests_version": sw.nccl_tests,
+        "dcgm_version": sw.dcgm,
+        "rdma_stack": sw.rdma.stack.value,
+        "rdma_doca_version": sw.rdma.doca_version,
+        "rdma_peermem": sw.rdma.peermem,
+        "mpi_flavor": sw.mpi.flavor.value,
+        "mpi_version": sw.mpi.version,
+        "mpi_url": sw.mpi.url,
+        "slurm_version": sw.slurm,
+        "slurm_cluster_name": slurm.cluster_name or cluster.name,
+        "slurm_controller": slurm.controller,
+        "slurm_backup_controller": slurm.backup_controller,
+        "gpuctl_fabrics": [
+            {
+                "name": f.name,
+                "kind": f.kind.value,
+                "generation": f.generation.value if f.generation else None,
+                "rate_gbps": fabric_rate(f),
+                "subnet_manager": f.subnet_manager.value if f.subnet_manager else None,
+                "ipoib_network": f.ipoib.network if f.ipoib else None,
+                "qos": f.qos.model_dump(mode="json") if f.qos else None,
+            }
+            for f in cluster.fabrics
+        ],
+    }
+
+
+def _group_vars(cluster: Cluster, group: NodeGroup, gi: int) -> dict[str, Any]:
+    fabrics = {f.name: f for f in cluster.fabrics}
+    gpu: dict[str, Any] | None = None
+    if group.gpus is not None:
+        spec = gpu_spec(group.gpus.model.value)
+        gpu = {
+            "model": spec.key,
+            "product_name": spec.product_name,
+            "count": group.gpus.count,
+            "interconnect": _interconnect(group),
+            "nvlink_per_pair": spec.nvlink_per_pair if _interconnect(group) == "nvswitch" else None,
+            "gres_type": spec.gres_type,
+            "pcie_gen": spec.pcie_gen,
+        }
+    nics: list[dict[str, Any]] = []
+    for nic in group.nics:
+        fab = fabrics[nic.fabric]
+        for rail, dev in enumerate(NodeSet(nic.devices)):
+            nics.append(
+                {
+                    "device": dev,
+                    "fabric": fab.name,
+                    "kind": fab.kind.value,
+                    "rate_gbps": nic.rate_gbps or fabric_rate(fab),
+                    "rail": rail if nic.rails else None,
+                }
+            )
+    return {
+        "gpuctl_node_group": group.name,
+        "gpuctl_group_roles": [r.value for r in group.roles],
+        "gpuctl_gpu": gpu,
+        "gpuctl_nics": nics,
+        "fabric_manager_enabled": _interconnect(group) == "nvswitch",
+        "gpuctl_validation_level": (group.validation.level or cluster.validation.level).value,
+        "gpuctl_thresholds": {
+            k: v.value for k, v in effective_thresholds(cluster, group, gi).items()
+        },
+    }
+
+
+def _leaf_index(cluster: Cluster) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for fab in cluster.fabrics:
+        if fab.topology is None:
+            continue
+        for leaf in fab.topology.leaves:
+            for node in NodeSet(leaf.nodes):
+                out.setdefault(node, {})[fab.name] = leaf.name
+    return out
+
+
+def _node_lines(cluster: Cluster, group: NodeGroup) -> list[str]:
+    """NodeName lines of one group: one folded line when names and addresses fold in step."""
+    names = group.node_names()
+    addrs = group.address_list()
+    attrs: list[str] = []
+    if group.cpu is not None:
+        cpu = group.cpu
+        attrs.append(
+            f"CPUs={cpu.sockets * cpu.cores_per_socket * cpu.threads_per_core} "
+            f"Sockets={cpu.sockets} CoresPerSocket={cpu.cores_per_socket} "
+            f"ThreadsPerCore={cpu.threads_per_core}"
+        )
+    if group.memory_mb is not None:
+        attrs.append(f"RealMemory={group.memory_mb}")
+    if group.gpus is not None:
+        attrs.append(f"Gres=gpu:{gpu_spec(group.gpus.model.value).gres_type}:{group.gpus.count}")
+    if group.slurm.features:
+        attrs.append(f"Feature={','.join(group.slurm.features)}")
+    if group.slurm.weight is not None:
+        attrs.append(f"Weight={group.slurm.weight}")
+    attrs.append("State=UNKNOWN")
+    tail = " ".join(attrs)
+    if addrs is None:
+        return [f"NodeName={fold(names)} {tail}"]
+    # ClusterShell and Slurm both expand node sets in sorted order and pair names with addresses
+    # position by position; fold only when that pairing is the one the file gives.
+    pairs = dict(zip(names, addrs, strict=True))
+    ordered = list(NodeSet.fromlist(names))
+    seq = [pairs[n] for n in ordered]
+    folded = NodeSet.fromlist(seq)
+    if list(folded) == seq:
+        return [f"NodeName={fold(ordered)} NodeAddr={folded} {tail}"]
+    return [f"NodeName={n} NodeAddr={pairs[n]} {tail}" for n in names]
+
+
+def _template_context(cluster: Cluster) -> dict[str, Any]:
+    slurm = cluster.slurm
+    address = {n.name: n.address for n in nodes(cluster)}
+    controllers = [
+        {"name": h, "address": address.get(h)}
+        for h in (slurm.controller, slurm.backup_controller)
+        if h is not None
+    ]
+    compute_groups = [g for g in cluster.node_groups if any(r.value == "compute" for r in g.roles)]
+    node_lines = [line for g in compute_groups for line in _node_lines(cluster, g)]
+    groups = {g.name: g for g in cluster.node_groups}
+    partitions = []
+    for part in slurm.partitions:
+        members: list[str] = []
+        for gname in part.node_groups:
+            members.extend(groups[gname].node_names())
+        if part.nodes is not None:
+            members.extend(NodeSet(part.nodes))
+        partitions.append(
+            {
+                "name": part.name,
+                "nodes": fold(sorted(set(members))),
+                "default": part.default,
+                "max_time": part.max_time,
+                "state": part.state,
+            }
+        )
+    gres = [
+        {
+            "nodes": fold(g.node_names()),
+            "type": gpu_spec(g.gpus.model.value).gres_type,
+            "files": "/dev/nvidia0" if g.gpus.count == 1 else f"/dev/nvidia[0-{g.gpus.count - 1}]",
+        }
+        for g in compute_groups
+        if g.gpus is not None
+    ]
+    topo_fab = topology_fabric(cluster)
+    topology = None
+    if topo_fab is not None and topo_fab.topology is not None:
+        topology = {
+            "fabric": topo_fab.name,
+            "leaves": [
+                {"name": leaf.name, "nodes": fold(list(NodeSet(leaf.nodes)))}
+                for leaf in topo_fab.topology.leaves
+            ],
+            "spines": [
+                {"name": sp.name, "switches": fold(list(NodeSet(sp.switches)))}
+                for sp in topo_fab.topology.spines
+            ],
+        }
+    node_count = len(nodes(cluster))
+    extra = {k: _slurm_value(v) for k, v in sorted(slurm.extra.items())}
+    return {
+        "cluster": cluster,
+        "cluster_name": slurm.cluster_name or cluster.name,
+        "controllers": controllers,
+        "slurm": slurm,
+        "node_lines": node_lines,
+        "partitions": partitions,
+        "gres": gres,
+        "gres_autodetect": slurm.gres_autodetect,
+        "has_gpus": any(g.gpus is not None for g in compute_groups),
+        "topology": topology,
+        "extra": extra,
+        "forks": max(5, min(node_count, 100)),
+        "ssh": cluster.ssh,
+        "nvswitch": has_nvswitch(cluster),
+        "header": HEADER.format(name=cluster.name).rstrip("\n"),
+    }
+
+
+def _slurm_value(value: str | int | bool) -> str:
+    if isinstance(value, bool):
+        return "YES" if value else "NO"
+    return str(value)
