@@ -45,13 +45,15 @@ def starter(profile: str, nodes: int | None = None) -> str:
     width = max(3, len(str(count)))
     names = f"gpu[{1:0{width}d}-{count:0{width}d}]" if count > 1 else f"gpu{1:0{width}d}"
     per_leaf = max(1, math.ceil(count / 2)) if count <= 64 else 32
+    starts = list(range(1, count + 1, per_leaf))
+    lw = max(2, len(str(len(starts))))
     leaves = []
-    for i, start in enumerate(range(1, count + 1, per_leaf), 1):
+    for i, start in enumerate(starts, 1):
         end = min(count, start + per_leaf - 1)
         members = (
             f"gpu[{start:0{width}d}-{end:0{width}d}]" if end > start else f"gpu{start:0{width}d}"
         )
-        leaves.append({"name": f"leaf{i:02d}", "nodes": members})
+        leaves.append({"name": f"leaf{i:0{lw}d}", "nodes": members})
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
@@ -64,7 +66,7 @@ def starter(profile: str, nodes: int | None = None) -> str:
         nodes=count,
         names=names,
         leaves=leaves,
-        leaf_names=f"leaf[01-{len(leaves):02d}]" if len(leaves) > 1 else "leaf01",
+        leaf_names=f"leaf[{1:0{lw}d}-{len(leaves):0{lw}d}]" if len(leaves) > 1 else "leaf01",
         last_address=10 + count,
     )
     load_cluster_text(text, f"<init {profile}>")  # a starter that does not load is a bug

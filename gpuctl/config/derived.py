@@ -73,9 +73,9 @@ def _ib_write_bw_floor(cluster: Cluster, group: NodeGroup) -> ThresholdValue | N
         spec = roce_rates() if fab.generation is None else ib_rates()[fab.generation.value]
         if rate in spec.ib_write_bw_gbps:
             how = "derived 0.9 x line rate" if spec.derived else "Azure/azurehpc-health-checks"
-            floors.append(
-                (spec.ib_write_bw_gbps[rate], f"fabric {fab.name} at {rate} Gb/s ({how})")
-            )
+            kind = fab.generation.value.upper() if fab.generation else "RoCE"
+            source = f"fabric {fab.name} ({kind}) at {rate} Gb/s ({how})"
+            floors.append((spec.ib_write_bw_gbps[rate], source))
     if not floors:
         return None
     value, source = min(floors)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from enum import StrEnum
+from functools import cache
 from typing import Annotated, Any, Literal
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
@@ -79,7 +80,46 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 
 def expand(nodeset: str) -> list[str]:
     """Expand a node set string, keeping ClusterShell's order (sorted, numeric-aware)."""
-    return list(NodeSet(nodeset))
+    return list(_expand(nodeset))
+
+
+def expand_in_order(nodeset: str) -> list[str]:
+    """Expand a node set piece by piece, in the order written: ``b1,a[1-2]`` -> b1, a1, a2.
+
+    Used for addresses, which pair with the (sorted) node names position by position.
+    """
+    return list(_expand_in_order(nodeset))
+
+
+@cache
+def _expand(nodeset: str) -> tuple[str, ...]:
+    return tuple(NodeSet(nodeset))
+
+
+@cache
+def _expand_in_order(nodeset: str) -> tuple[str, ...]:
+    pieces: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(nodeset):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            pieces.append(nodeset[start:i])
+            start = i + 1
+    pieces.append(nodeset[start:])
+    out: list[str] = []
+    for piece in pieces:
+        piece = piece.strip()
+        if not piece:
+            continue
+        if "[" in piece:
+            out.extend(NodeSet(piece))
+        else:
+            out.append(piece)
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,8 +206,9 @@ class FabricManager(_Strict):
 
     enabled: bool | None = Field(
         None,
-        description="null = install where GPUs sit on NVSwitch (the normal case); "
-        "true/false forces it (false is refused on NVSwitch systems).",
+        description="null = installed exactly where GPUs sit on NVSwitch (the normal case). "
+        "true/false may only confirm that: false is refused on NVSwitch systems, true without "
+        "them.",
     )
     version: Version | None = Field(
         None, description="Must equal `software.driver.version`; null = the driver's version."
@@ -207,7 +248,7 @@ class Mpi(_Strict):
 class Software(_Strict):
     """Pinned versions of everything gpuctl installs. Drift between them breaks clusters."""
 
-    driver: Driver
+    driver: Driver = Field(description="NVIDIA driver branch, version and kernel modules.")
     fabric_manager: FabricManager = Field(
         default_factory=lambda: FabricManager(), description="Fabric Manager."
     )
@@ -265,7 +306,9 @@ class Gpus(_Strict):
         None,
         description="How GPUs connect to each other: `nvswitch` (HGX/DGX baseboard), `nvlink` "
         "(direct NVLink, 4-GPU boards), `nvlink-bridge` (PCIe cards in bridged pairs), "
-        "`pcie-switch`, `pcie` (CPU root ports), `none` (one GPU). null = the model's usual one.",
+        "`pcie-switch`, `pcie` (CPU root ports), `none` (one GPU). null = derived from the count: "
+        "`none` for one GPU, `nvswitch` for a full NVSwitch baseboard, else `nvlink` where the "
+        "model has it, else `pcie-switch`.",
     )
 
 
@@ -285,7 +328,9 @@ class Nic(_Strict):
     )
     fabric: Name = Field(description="Name of the fabric (in `fabrics`) these ports connect to.")
     rate_gbps: int | None = Field(
-        None, description="Link rate in Gb/s; null = the fabric's rate. Must suit the fabric."
+        None,
+        description="Link rate in Gb/s; null = the fabric's rate. Must be a rate the fabric "
+        "runs at (NDR: 400 or 200).",
     )
     rails: bool = Field(
         False,
@@ -375,8 +420,9 @@ class NodeGroup(_Strict):
     nodes: NodeSetStr = Field(description="Host names, e.g. `gpu[001-064]`.")
     addresses: NodeSetStr | None = Field(
         None,
-        description="Management addresses, one per node in the order of `nodes`, as a node set "
-        "(`10.0.0.[11-74]`); null = reach nodes by name.",
+        description="Management addresses as a node set (`10.0.0.[11-74]`), one per node: the "
+        "i-th address (in the order written) belongs to the i-th node of `nodes` (in sorted "
+        "order). null = reach nodes by name.",
     )
     roles: list[Role] = Field(
         min_length=1, description="`controller`, `login`, `compute` (one or more)."
@@ -398,7 +444,8 @@ class NodeGroup(_Strict):
         return expand(self.nodes)
 
     def address_list(self) -> list[str] | None:
-        return expand(self.addresses) if self.addresses is not None else None
+        """Addresses in the order written; the i-th belongs to the i-th name of ``nodes``."""
+        return expand_in_order(self.addresses) if self.addresses is not None else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,7 +526,7 @@ class Fabric(_Strict):
     )
     rate_gbps: int | None = Field(
         None,
-        description="Port rate in Gb/s. InfiniBand: derived from `generation` when null. "
+        description="Port rate in Gb/s. InfiniBand: null = the generation's full rate. "
         "RoCE: required (100, 200 or 400).",
     )
     subnet_manager: SubnetManager | None = Field(
@@ -503,7 +550,11 @@ class Partition(_Strict):
     node_groups: list[Name] = Field(
         default_factory=list, description="Node groups whose nodes belong to it."
     )
-    nodes: NodeSetStr | None = Field(None, description="More nodes, as a node set.")
+    nodes: NodeSetStr | None = Field(
+        None,
+        description="More member nodes, as a node set; each must be in a node group with the "
+        "`compute` role.",
+    )
     default: bool = Field(False, description="The default partition (at most one).")
     max_time: str = Field(
         "INFINITE",
@@ -531,8 +582,15 @@ def _default_task_plugins() -> list[TaskPlugin]:
 class Slurm(_Strict):
     """Slurm: controller, partitions and what slurm.conf, gres.conf and topology.conf need."""
 
-    controller: str = Field(min_length=1, description="Node that runs slurmctld.")
-    backup_controller: str | None = Field(None, description="Node that runs a backup slurmctld.")
+    controller: str = Field(
+        min_length=1,
+        description="Node that runs slurmctld; in a node group with the `controller` role.",
+    )
+    backup_controller: str | None = Field(
+        None,
+        description="Node that runs a backup slurmctld; in a node group with the `controller` "
+        "role.",
+    )
     cluster_name: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,40}$")] | None = Field(
         None, description="ClusterName; null = the cluster's `name`."
     )

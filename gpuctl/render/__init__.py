@@ -8,7 +8,6 @@ The same input always gives byte-identical output: no timestamps, stable orderin
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,19 @@ def fold(names: list[str]) -> str:
     return str(NodeSet.fromlist(names)) if names else ""
 
 
+def fold_sets(nodesets: list[str]) -> str:
+    """Union of node set strings, folded (cheap: works on ranges, not on expanded names)."""
+    union = NodeSet()
+    for text in nodesets:
+        union.update(text)
+    return str(union)
+
+
+# Beyond this many comma-separated pieces, addresses are written one NodeName line per node
+# rather than folded: folding thousands of single addresses costs more than it saves.
+_FOLD_PIECES = 64
+
+
 def _dump(data: Any) -> str:
     return yaml.dump(
         data,
@@ -76,20 +88,11 @@ def render_files(cluster: Cluster) -> dict[str, str]:
     """Every rendered file, keyed by its path relative to the output directory."""
     header = HEADER.format(name=cluster.name)
     files: dict[str, str] = {}
-    files["inventory.yml"] = header + _dump(_inventory(cluster))
+    files["inventory.yml"] = header + _inventory_text(cluster)
     files["group_vars/all.yml"] = header + _dump(_all_vars(cluster))
     for gi, group in enumerate(cluster.node_groups):
         name = ansible_group_name("ng", group.name)
         files[f"group_vars/{name}.yml"] = header + _dump(_group_vars(cluster, group, gi))
-    leaves = _leaf_index(cluster)
-    for node in nodes(cluster):
-        host = {
-            "gpuctl_node_group": node.group,
-            "gpuctl_roles": list(node.roles),
-            "gpuctl_address": node.address,
-            "gpuctl_leaves": leaves.get(node.name, {}),
-        }
-        files[f"host_vars/{node.name}.yml"] = header + _dump(host)
 
     env = _env()
     ctx = _template_context(cluster)
@@ -135,15 +138,23 @@ def render_cluster(cluster: Cluster, directory: Path) -> RenderResult:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    """Replace ``path`` atomically; leave it untouched when the content is already right."""
+    data = text.encode("utf-8")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
+        if path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except IsADirectoryError:
+        raise
+    tmp = path.with_name(f".{path.name}.gpuctl-tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -170,7 +181,12 @@ def _ssh_common_args(cluster: Cluster) -> str:
     return " ".join(args)
 
 
-def _inventory(cluster: Cluster) -> dict[str, Any]:
+def _inventory_text(cluster: Cluster) -> str:
+    """inventory.yml, written directly: host lists of thousands of nodes are the bulk of it.
+
+    Names are validated host names and addresses IP addresses, so they need no quoting; the
+    few free-form values go through the YAML dumper.
+    """
     ssh = cluster.ssh
     all_vars: dict[str, Any] = {
         "ansible_user": ssh.user,
@@ -180,14 +196,37 @@ def _inventory(cluster: Cluster) -> dict[str, Any]:
     }
     if ssh.private_key:
         all_vars["ansible_ssh_private_key_file"] = ssh.private_key
-    children: dict[str, Any] = {}
+    lines = ["all:", "  vars:"]
+    lines.extend("    " + ln for ln in _dump(all_vars).splitlines())
+    lines.append("  children:")
+    # Host variables live here, under each host of its node group (one file, not one per host:
+    # creating thousands of host_vars files dominated render time). host_vars/ stays free for
+    # the operator's own overrides, which a re-render never touches.
+    leaves = _leaf_index(cluster)
     for group in cluster.node_groups:
         names = group.node_names()
         addrs = group.address_list()
-        hosts: dict[str, Any] = {}
+        lines.append(f"    {ansible_group_name('ng', group.name)}:")
+        lines.append("      hosts:")
         for i, name in enumerate(names):
-            hosts[name] = {"ansible_host": addrs[i]} if addrs else None
-        children[ansible_group_name("ng", group.name)] = {"hosts": hosts}
+            host: list[str] = []
+            if addrs:
+                host.append(f"          ansible_host: {addrs[i]}")
+            if name in leaves:
+                pairs = ", ".join(f"{fab}: {leaf}" for fab, leaf in leaves[name].items())
+                host.append(f"          gpuctl_leaves: {{{pairs}}}")
+            lines.append(f"        {name}:" if host else f"        {name}: null")
+            lines.extend(host)
+    for group_name, members in _membership_groups(cluster):
+        lines.append(f"    {group_name}:")
+        lines.append("      hosts:")
+        lines.extend(f"        {name}: null" for name in members)
+    return "\n".join(lines) + "\n"
+
+
+def _membership_groups(cluster: Cluster) -> list[tuple[str, list[str]]]:
+    """Groups by role, GPU presence, NVSwitch, fabric and leaf, with their member hosts."""
+    out: list[tuple[str, list[str]]] = []
     by_role: dict[str, list[str]] = {"controller": [], "login": [], "compute": []}
     gpu_hosts: list[str] = []
     nvswitch_hosts: list[str] = []
@@ -199,13 +238,11 @@ def _inventory(cluster: Cluster) -> dict[str, Any]:
             gpu_hosts.extend(names)
             if _interconnect(group) == "nvswitch":
                 nvswitch_hosts.extend(names)
-    for role_name, members in by_role.items():
-        if members:
-            children[f"role_{role_name}"] = {"hosts": dict.fromkeys(members)}
+    out.extend((f"role_{name}", members) for name, members in by_role.items() if members)
     if gpu_hosts:
-        children["gpu"] = {"hosts": dict.fromkeys(gpu_hosts)}
+        out.append(("gpu", gpu_hosts))
     if nvswitch_hosts:
-        children["nvswitch"] = {"hosts": dict.fromkeys(nvswitch_hosts)}
+        out.append(("nvswitch", nvswitch_hosts))
     for fab in cluster.fabrics:
         members = [
             n
@@ -214,14 +251,12 @@ def _inventory(cluster: Cluster) -> dict[str, Any]:
             for n in g.node_names()
         ]
         if members:
-            children[ansible_group_name("fabric", fab.name)] = {"hosts": dict.fromkeys(members)}
+            out.append((ansible_group_name("fabric", fab.name), members))
     topo = topology_fabric(cluster)
     if topo is not None and topo.topology is not None:
         for leaf in topo.topology.leaves:
-            children[ansible_group_name("leaf", leaf.name)] = {
-                "hosts": dict.fromkeys(NodeSet(leaf.nodes))
-            }
-    return {"all": {"vars": all_vars, "children": children}}
+            out.append((ansible_group_name("leaf", leaf.name), list(NodeSet(leaf.nodes))))
+    return out
 
 
 def _interconnect(group: NodeGroup) -> str | None:
@@ -346,17 +381,16 @@ def _node_lines(cluster: Cluster, group: NodeGroup) -> list[str]:
         attrs.append(f"Weight={group.slurm.weight}")
     attrs.append("State=UNKNOWN")
     tail = " ".join(attrs)
-    if addrs is None:
-        return [f"NodeName={fold(names)} {tail}"]
-    # ClusterShell and Slurm both expand node sets in sorted order and pair names with addresses
-    # position by position; fold only when that pairing is the one the file gives.
-    pairs = dict(zip(names, addrs, strict=True))
-    ordered = list(NodeSet.fromlist(names))
-    seq = [pairs[n] for n in ordered]
-    folded = NodeSet.fromlist(seq)
-    if list(folded) == seq:
-        return [f"NodeName={fold(ordered)} NodeAddr={folded} {tail}"]
-    return [f"NodeName={n} NodeAddr={pairs[n]} {tail}" for n in names]
+    folded_names = fold_sets([group.nodes])
+    if addrs is None or group.addresses is None:
+        return [f"NodeName={folded_names} {tail}"]
+    # Slurm expands NodeName and NodeAddr ranges and pairs them position by position, both in
+    # sorted order; fold only when that pairing is the one cluster.yml gives.
+    if group.addresses.count(",") < _FOLD_PIECES:
+        folded = NodeSet(group.addresses)
+        if list(folded) == addrs:
+            return [f"NodeName={folded_names} NodeAddr={folded} {tail}"]
+    return [f"NodeName={n} NodeAddr={a} {tail}" for n, a in zip(names, addrs, strict=True)]
 
 
 def _template_context(cluster: Cluster) -> dict[str, Any]:
@@ -372,15 +406,13 @@ def _template_context(cluster: Cluster) -> dict[str, Any]:
     groups = {g.name: g for g in cluster.node_groups}
     partitions = []
     for part in slurm.partitions:
-        members: list[str] = []
-        for gname in part.node_groups:
-            members.extend(groups[gname].node_names())
+        sets = [groups[gname].nodes for gname in part.node_groups]
         if part.nodes is not None:
-            members.extend(NodeSet(part.nodes))
+            sets.append(part.nodes)
         partitions.append(
             {
                 "name": part.name,
-                "nodes": fold(sorted(set(members))),
+                "nodes": fold_sets(sets),
                 "default": part.default,
                 "max_time": part.max_time,
                 "state": part.state,
@@ -388,7 +420,7 @@ def _template_context(cluster: Cluster) -> dict[str, Any]:
         )
     gres = [
         {
-            "nodes": fold(g.node_names()),
+            "nodes": fold_sets([g.nodes]),
             "type": gpu_spec(g.gpus.model.value).gres_type,
             "files": "/dev/nvidia0" if g.gpus.count == 1 else f"/dev/nvidia[0-{g.gpus.count - 1}]",
         }
@@ -401,11 +433,11 @@ def _template_context(cluster: Cluster) -> dict[str, Any]:
         topology = {
             "fabric": topo_fab.name,
             "leaves": [
-                {"name": leaf.name, "nodes": fold(list(NodeSet(leaf.nodes)))}
+                {"name": leaf.name, "nodes": fold_sets([leaf.nodes])}
                 for leaf in topo_fab.topology.leaves
             ],
             "spines": [
-                {"name": sp.name, "switches": fold(list(NodeSet(sp.switches)))}
+                {"name": sp.name, "switches": fold_sets([sp.switches])}
                 for sp in topo_fab.topology.spines
             ],
         }

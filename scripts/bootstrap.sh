@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up what gpuctl and its tests need, on a fresh Debian 12 machine as root (idempotent):
+# Debian packages, then a virtualenv in .venv with the locked Python dependencies
+# (requirements/dev.lock, hash-checked) and gpuctl itself installed editable.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  need=()
+  for pkg in python3 python3-venv python3-pip openssh-client ca-certificates; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+  done
+  if [ "${#need[@]}" -gt 0 ]; then
+    echo "bootstrap: installing Debian packages: ${need[*]}"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+  fi
+fi
+
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
+  echo "bootstrap: gpuctl needs Python 3.11 (ansible-core 2.19); $PYTHON is $("$PYTHON" -V 2>&1)" >&2
+  exit 2
+fi
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.gpuctl-lock.sha256
+want="$(sha256sum requirements/dev.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "bootstrap: installing locked Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
+    -r requirements/dev.lock
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+  echo "$want" > "$stamp"
+fi
