@@ -345,7 +345,12 @@ class Role(StrEnum):
 
 
 class Thresholds(_Strict):
-    """Validation thresholds. Unset values fall back to the GPU model's and fabric's defaults."""
+    """Validation thresholds; unset values are inherited.
+
+    Resolution, last wins: gpuctl defaults (data/health.yml), the group's GPU model
+    (data/gpu_models.yml), the group's fabric rate (data/fabrics.yml), `validation.thresholds`,
+    `node_groups[].validation.thresholds`. ECC and row-remap limits count per GPU.
+    """
 
     nccl_all_reduce_busbw_gbs: float | None = Field(
         None, gt=0, description="Minimum single-node all_reduce bus bandwidth, GB/s."
@@ -530,7 +535,9 @@ class Fabric(_Strict):
         "RoCE: required (100, 200 or 400).",
     )
     subnet_manager: SubnetManager | None = Field(
-        None, description="InfiniBand only: `switch` (managed switch) or `opensm` on a node."
+        None,
+        description="InfiniBand only: `switch` (managed switch) or `opensm` on a node; null = "
+        "an SM already runs elsewhere and gpuctl installs none.",
     )
     ipoib: Ipoib | None = Field(None, description="InfiniBand only: IPoIB addressing.")
     qos: RoceQos | None = Field(None, description="RoCE only: lossless settings (PFC/ECN/DSCP).")
@@ -644,7 +651,7 @@ class Rollout(_Strict):
     batch_size: int | None = Field(
         None, ge=1, description="Nodes per batch after the canary (exclusive with max_unavailable)."
     )
-    max_unavailable: Annotated[str, Field(pattern=r"^(100|[1-9]?[0-9])%$")] | int | None = Field(
+    max_unavailable: Annotated[str, Field(pattern=r"^(100|[1-9][0-9]?)%$")] | int | None = Field(
         None,
         description='Most compute nodes out of service at once: a count or a percentage ("10%").',
     )

@@ -323,9 +323,13 @@ def _group_vars(cluster: Cluster, group: NodeGroup, gi: int) -> dict[str, Any]:
             "pcie_gen": spec.pcie_gen,
         }
     nics: list[dict[str, Any]] = []
+    next_rail: dict[str, int] = {}  # rails count on across nics[] entries of the same fabric
     for nic in group.nics:
         fab = fabrics[nic.fabric]
-        for rail, dev in enumerate(NodeSet(nic.devices)):
+        for dev in NodeSet(nic.devices):
+            rail = next_rail.get(fab.name, 0)
+            if nic.rails:
+                next_rail[fab.name] = rail + 1
             nics.append(
                 {
                     "device": dev,

@@ -1,4 +1,4 @@
-"""`gpuctl schema`: a valid JSON Schema that accepts the examples and rejects what the model does."""
+"""`gpuctl schema`: a valid JSON Schema; accepts the examples, rejects what the model rejects."""
 
 from __future__ import annotations
 
