@@ -55,8 +55,10 @@ def main() -> int:
             print(f"run {i + 1}: {times[-1]:.3f} s")
     median = statistics.median(times)
     verdict = "within" if median <= BUDGET_S else "OVER"
-    print(f"nodes={args.nodes} files={files} best={min(times):.3f} s median={median:.3f} s "
-          f"budget={BUDGET_S:.1f} s ({verdict} budget, median/budget={median / BUDGET_S:.2f})")
+    print(
+        f"nodes={args.nodes} files={files} best={min(times):.3f} s median={median:.3f} s "
+        f"budget={BUDGET_S:.1f} s ({verdict} budget, median/budget={median / BUDGET_S:.2f})"
+    )
     return 0 if median <= BUDGET_S else 1
 
 

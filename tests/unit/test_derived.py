@@ -50,17 +50,36 @@ def test_summary_json_has_stable_keys() -> None:
     summary = summarize(load_cluster(ROOT / "inventories" / "hgx-h100-ndr.yml"))
     data = summary.to_json()
     assert list(data) == [
-        "name", "node_count", "nodes_by_role", "gpu_count", "gpus_by_model", "controller",
-        "partitions", "fabric_manager", "versions", "groups", "fabrics", "warnings",
+        "name",
+        "node_count",
+        "nodes_by_role",
+        "gpu_count",
+        "gpus_by_model",
+        "controller",
+        "partitions",
+        "fabric_manager",
+        "versions",
+        "groups",
+        "fabrics",
+        "warnings",
     ]
     assert data["node_count"] == 7
     assert data["gpu_count"] == 32
     assert data["versions"]["fabric_manager"] == "570.133.20"
     hgx = data["groups"][2]
     assert hgx["thresholds"]["nccl_all_reduce_busbw_gbs"] == {
-        "value": 470, "source": "node_groups[2].validation.thresholds"}
-    assert data["fabrics"][0] == {"name": "ndr", "kind": "infiniband", "generation": "ndr",
-                                  "rate_gbps": 400, "leaves": 2, "spines": 1, "nodes": 4}
+        "value": 470,
+        "source": "node_groups[2].validation.thresholds",
+    }
+    assert data["fabrics"][0] == {
+        "name": "ndr",
+        "kind": "infiniband",
+        "generation": "ndr",
+        "rate_gbps": 400,
+        "leaves": 2,
+        "spines": 1,
+        "nodes": 4,
+    }
 
 
 def test_missing_bus_bandwidth_threshold_is_a_warning_not_silence() -> None:
@@ -74,5 +93,4 @@ def test_nodes_pair_addresses_in_written_order() -> None:
     doc: dict[str, Any] = yaml.safe_load(starter("lab", 3))
     doc["node_groups"][1]["addresses"] = "198.18.0.30,198.18.0.[21-22]"
     got = [(n.name, n.address) for n in nodes(_cluster(doc)) if n.group == "gpu"]
-    assert got == [("gpu001", "198.18.0.30"), ("gpu002", "198.18.0.21"),
-                   ("gpu003", "198.18.0.22")]
+    assert got == [("gpu001", "198.18.0.30"), ("gpu002", "198.18.0.21"), ("gpu003", "198.18.0.22")]

@@ -81,9 +81,17 @@ def test_init_profile_is_valid(profile: str) -> None:
     render_files(cluster)
 
 
-@pytest.mark.parametrize(("profile", "nodes"), [("hgx-h100", 1), ("hgx-h100", 3),
-                                                 ("hgx-h100", 100), ("a100-roce", 65),
-                                                 ("l40s-pcie", 12), ("lab", 5)])
+@pytest.mark.parametrize(
+    ("profile", "nodes"),
+    [
+        ("hgx-h100", 1),
+        ("hgx-h100", 3),
+        ("hgx-h100", 100),
+        ("a100-roce", 65),
+        ("l40s-pcie", 12),
+        ("lab", 5),
+    ],
+)
 def test_init_scales_with_nodes(profile: str, nodes: int) -> None:
     summary = summarize(load_cluster_text(starter(profile, nodes), profile))
     assert summary.nodes_by_role["compute"] == nodes

@@ -58,12 +58,19 @@ def test_render_is_deterministic_and_byte_identical(tmp_path: Path) -> None:
         "render_cluster(load_cluster(sys.argv[1]), Path(sys.argv[2]))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    subprocess.run([sys.executable, "-c", code, str(GOLDEN_EXAMPLE), str(tmp_path / "b")],
-                   check=True, env=env)
-    a = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*")
-         if p.is_file()}
-    b = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*")
-         if p.is_file()}
+    subprocess.run(
+        [sys.executable, "-c", code, str(GOLDEN_EXAMPLE), str(tmp_path / "b")], check=True, env=env
+    )
+    a = {
+        p.relative_to(tmp_path / "a"): p.read_bytes()
+        for p in (tmp_path / "a").rglob("*")
+        if p.is_file()
+    }
+    b = {
+        p.relative_to(tmp_path / "b"): p.read_bytes()
+        for p in (tmp_path / "b").rglob("*")
+        if p.is_file()
+    }
     assert a == b
     assert len(a) > 10
 
@@ -78,8 +85,11 @@ def test_rerender_removes_files_that_are_gone_and_keeps_the_operators(tmp_path: 
     assert (out / "slurm" / "topology.conf").is_file()
     assert (out / "group_vars" / "ng_hgx.yml").is_file()
     result = render_cluster(ws, out)
-    assert set(result.removed) == {"slurm/topology.conf", "group_vars/ng_hgx.yml",
-                                   "group_vars/ng_head.yml"}
+    assert set(result.removed) == {
+        "slurm/topology.conf",
+        "group_vars/ng_hgx.yml",
+        "group_vars/ng_head.yml",
+    }
     assert not (out / "slurm" / "topology.conf").exists()
     assert (out / "group_vars" / "ng_ws.yml").is_file()
     assert (out / "host_vars" / "gpu001.yml").read_text(encoding="utf-8") == "my_override: 1\n"
@@ -96,10 +106,21 @@ def test_unchanged_files_are_not_rewritten(tmp_path: Path) -> None:
 
 
 def _ansible(tmp: Path, *args: str) -> str:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(tmp / "ansible.cfg"),
-           "ANSIBLE_LOCAL_TEMP": str(tmp / ".ansible-tmp"), "ANSIBLE_HOME": str(tmp / ".ah")}
-    proc = subprocess.run([str(BIN / args[0]), *args[1:]], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(tmp / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp / ".ansible-tmp"),
+        "ANSIBLE_HOME": str(tmp / ".ah"),
+    }
+    proc = subprocess.run(
+        [str(BIN / args[0]), *args[1:]],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -119,8 +140,9 @@ def test_real_ansible_reads_the_rendered_inventory_and_config(tmp_path: Path) ->
     assert hostvars["gpuctl_thresholds"]["nccl_all_reduce_busbw_gbs"] == 470
     assert hostvars["gpuctl_thresholds"]["ib_write_bw_gbps"] == 375
     # the known_hosts path is resolved by Ansible relative to the inventory: host keys checked
-    out = _ansible(tmp_path, "ansible", "gpu001", "-m", "debug", "-a",
-                   "var=ansible_ssh_common_args")
+    out = _ansible(
+        tmp_path, "ansible", "gpu001", "-m", "debug", "-a", "var=ansible_ssh_common_args"
+    )
     assert f"UserKnownHostsFile={tmp_path}/known_hosts" in out.replace("\n        ", " ")
     assert "StrictHostKeyChecking=yes" in out
     dump = _ansible(tmp_path, "ansible-config", "dump", "--only-changed", "-t", "all")
@@ -134,13 +156,16 @@ def test_slurm_files_of_the_example() -> None:
     files = render_files(load_cluster(GOLDEN_EXAMPLE))
     conf = files["slurm/slurm.conf"]
     assert "SlurmctldHost=head01(10.0.0.1)\nSlurmctldHost=head02(10.0.0.2)\n" in conf
-    assert ("NodeName=gpu[001-004] NodeAddr=10.0.1.[1-4] CPUs=224 Sockets=2 CoresPerSocket=56 "
-            "ThreadsPerCore=2 RealMemory=2000000 Gres=gpu:h100:8") in conf
+    assert (
+        "NodeName=gpu[001-004] NodeAddr=10.0.1.[1-4] CPUs=224 Sockets=2 CoresPerSocket=56 "
+        "ThreadsPerCore=2 RealMemory=2000000 Gres=gpu:h100:8"
+    ) in conf
     assert "PartitionName=gpu Nodes=gpu[001-004] Default=YES MaxTime=7-00:00:00 State=UP" in conf
     assert "TopologyPlugin=topology/tree" in conf
     assert "PriorityType=priority/multifactor" in conf
-    assert "NodeName=gpu[001-004] Name=gpu Type=h100 File=/dev/nvidia[0-7]" in files[
-        "slurm/gres.conf"]
+    assert (
+        "NodeName=gpu[001-004] Name=gpu Type=h100 File=/dev/nvidia[0-7]" in files["slurm/gres.conf"]
+    )
     topo = files["slurm/topology.conf"]
     assert "SwitchName=leaf01 Nodes=gpu[001-002]" in topo
     assert "SwitchName=spine Switches=leaf[01-02]" in topo
@@ -184,9 +209,9 @@ def test_cpu_only_cluster_has_no_gres() -> None:
     assert "Gres=" not in files["slurm/slurm.conf"]
 
 
-@pytest.mark.parametrize("template", sorted(
-    str(p.relative_to(templates_dir())) for p in templates_dir().rglob("*.j2")))
+@pytest.mark.parametrize(
+    "template", sorted(str(p.relative_to(templates_dir())) for p in templates_dir().rglob("*.j2"))
+)
 def test_every_template_compiles(template: str) -> None:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
-                             autoescape=False)  # noqa: S701 - config files
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=False)  # noqa: S701 - config files
     env.get_template(template)  # raises TemplateSyntaxError on a syntax error
