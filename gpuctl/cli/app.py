@@ -45,7 +45,9 @@ class _Boundary(TyperGroup):
 app = typer.Typer(
     name="gpuctl",
     cls=_Boundary,
-    help="Bring up GPU clusters and prove they work, from one cluster.yml.",
+    help="Bring up GPU clusters and prove they work, from one cluster.yml.\n\n"
+    "Exit codes: 0 success, 1 a check failed, 2 usage or configuration error, "
+    "70 internal error (a bug), 130 interrupted.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -65,11 +67,7 @@ def _root(
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = False,
 ) -> None:
-    """Bring up GPU clusters and prove they work, from one cluster.yml.
-
-    Exit codes: 0 success, 1 a check failed, 2 usage or configuration error,
-    70 internal error (a bug), 130 interrupted.
-    """
+    """gpuctl's global options."""
 
 
 config_cmds.register(app)

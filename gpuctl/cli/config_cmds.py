@@ -51,13 +51,15 @@ def init(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write here instead of stdout.", dir_okay=False),
+        typer.Option(
+            "--output", "-o", help="Write here (`-`: stdout, the default).", dir_okay=False
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented starter cluster.yml for a common cluster shape."""
     text = starter(profile, nodes)
-    if output is None:
+    if output is None or str(output) == "-":
         typer.echo(text, nl=False)
         return
     if output.exists() and not force:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
 import difflib
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,12 @@ except ImportError:  # pragma: no cover
     from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
 
 MAX_BYTES = 16 * 1024 * 1024
+# Values reached again through aliases (*name): bounds "billion laughs" documents, whose aliases
+# expand to exponentially many values for the position walk and for validation.
+MAX_ALIAS_VALUES = 100_000
+
+_repr = reprlib.Repr()  # bounded repr of input values: never walks or prints a huge structure
+_repr.maxstring = _repr.maxother = 60
 
 
 @dataclass
@@ -31,6 +39,8 @@ class _Positions:
     values: dict[Loc, tuple[int, int]] = field(default_factory=dict)
     keys: dict[Loc, tuple[int, int]] = field(default_factory=dict)
     nodes: dict[Loc, yaml.Node] = field(default_factory=dict)
+    seen: set[int] = field(default_factory=set)
+    repeated: int = 0
 
 
 def _mark(node: yaml.Node) -> tuple[int, int]:
@@ -44,6 +54,21 @@ def _walk(
     problems: list[tuple[Loc, str, tuple[int, int]]],
     depth: int = 0,
 ) -> None:
+    if pos.repeated >= MAX_ALIAS_VALUES:
+        return
+    if id(node) in pos.seen:
+        pos.repeated += 1
+        if pos.repeated == MAX_ALIAS_VALUES:
+            problems.append(
+                (
+                    loc,
+                    f"aliases expand to more than {MAX_ALIAS_VALUES} values; "
+                    "a cluster.yml needs nothing like that",
+                    _mark(node),
+                )
+            )
+            return
+    pos.seen.add(id(node))
     pos.values[loc] = _mark(node)
     pos.nodes[loc] = node
     if depth > 64:
@@ -95,7 +120,12 @@ def _parse(text: str, source: str) -> tuple[Any, _Positions]:
                     for loc, msg, (line, col) in dupes
                 ]
             )
-        data = loader.construct_document(node)
+        try:
+            data = loader.construct_document(node)
+        except (ValueError, TypeError, LookupError, AttributeError, ArithmeticError) as exc:
+            # PyYAML's scalar constructors raise these for values that match a tag's pattern but
+            # are no valid value (2001-13-45, a 5000-digit integer, `!!int abc`)
+            raise ConfigError([_unreadable(loader, pos, source, exc)]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         what = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
@@ -109,13 +139,54 @@ def _parse(text: str, source: str) -> tuple[Any, _Positions]:
                 )
             ]
         ) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, anywhere
+        if not isinstance(exc.character, int):
+            raise ConfigError([Problem(f"YAML error: {exc.reason}", file=source)]) from None
+        # the first occurrence is the culprit (libyaml's position counts bytes, not characters)
+        at = text.find(chr(exc.character))
+        raise ConfigError(
+            [
+                Problem(
+                    f"YAML error: unacceptable character #x{exc.character:04x}: {exc.reason}",
+                    file=source,
+                    line=text.count("\n", 0, at) + 1 if at >= 0 else None,
+                    column=at - text.rfind("\n", 0, at) if at >= 0 else None,
+                )
+            ]
+        ) from None
     except yaml.YAMLError as exc:
-        raise ConfigError([Problem(f"YAML error: {exc}", file=source)]) from None
+        message = " ".join(str(exc).split())  # one line per problem
+        raise ConfigError([Problem(f"YAML error: {message}", file=source)]) from None
     except RecursionError:
         raise ConfigError([Problem("the document is nested too deeply", file=source)]) from None
     finally:
         loader.dispose()
     return data, pos
+
+
+def _unreadable(loader: Any, pos: _Positions, source: str, exc: Exception) -> Problem:
+    """Locate the first scalar that YAML cannot construct."""
+    detail = f": {exc}" if isinstance(exc, ValueError) else ""
+    loader.constructed_objects, loader.recursive_objects = {}, {}
+    for loc, node in pos.nodes.items():
+        scalars: list[tuple[Loc, yaml.Node]] = [(loc, node)]
+        if isinstance(node, yaml.MappingNode):  # keys are scalars too: `!!int x: 1`
+            scalars = [((*loc, str(k.value)), k) for k, _ in node.value]
+        for where, scalar in scalars:
+            if not isinstance(scalar, yaml.ScalarNode):
+                continue
+            try:
+                loader.construct_object(scalar)
+            except Exception:  # any failure locates the value
+                kind = str(scalar.tag).rsplit(":", 1)[-1]
+                return Problem(
+                    f"cannot read {_repr.repr(scalar.value)} as a YAML {kind}{detail}",
+                    path=loc_to_str(where),
+                    file=source,
+                    line=_mark(scalar)[0],
+                    column=_mark(scalar)[1],
+                )
+    return Problem(f"YAML error: cannot read a value{detail}", file=source)
 
 
 def load_cluster(path: Path | str) -> Cluster:
@@ -141,7 +212,12 @@ def load_cluster_bytes(raw: bytes, source: str = "<input>") -> Cluster:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError([Problem(f"not UTF-8 text (byte {exc.start})", file=source)]) from None
+        bad = exc.start + (len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0)
+        start = raw.rfind(b"\n", 0, bad) + 1  # the bad byte's line and column (in characters)
+        line, col = raw.count(b"\n", 0, bad) + 1, len(raw[start:bad].decode("utf-8-sig")) + 1
+        raise ConfigError(
+            [Problem(f"not UTF-8 text (byte {bad})", file=source, line=line, column=col)]
+        ) from None
     return load_cluster_text(text, source)
 
 
@@ -184,7 +260,14 @@ def _kind(value: Any) -> str:
         return f"the boolean {value}"
     if isinstance(value, str):
         return f"the text {value[:40]!r}"
-    return f"{type(value).__name__} {value!r}"[:60]
+    return f"{type(value).__name__} {_short(value)}"[:60]
+
+
+def _short(value: Any) -> str:
+    """A bounded repr: a huge input value is neither walked nor printed in full."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return "<a very large integer>"
+    return _repr.repr(value)
 
 
 def _resolve(loc: Sequence[Any], pos: _Positions, *, missing: bool) -> Loc:
@@ -258,9 +341,9 @@ def _message(err: ErrorDetails, loc: Loc) -> tuple[str, bool]:
         return f"expected a list, found {_kind(given)}", False
     if kind in ("enum", "literal_error"):
         expected = err.get("ctx", {}).get("expected", "")
-        return f"{given!r} is not allowed; expected {expected}", False
+        return f"{_short(given)} is not allowed; expected {expected}", False
     if kind == "string_pattern_mismatch":
-        return f"{given!r} does not match {err.get('ctx', {}).get('pattern', '')}", False
+        return f"{_short(given)} does not match {err.get('ctx', {}).get('pattern', '')}", False
     if kind == "value_error":
         text = err["msg"].removeprefix("Value error, ")
         return text, False

@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import cache
 from typing import Annotated, Any, Literal
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -45,14 +45,48 @@ def _no_numbers(value: Any) -> Any:
     return value
 
 
+# Most names one node set may expand to. A typo such as `gpu[1-100]-[1-100]-[1-1000]` (ten
+# million names) must be refused before it is expanded, or `gpuctl check` hangs.
+MAX_NODESET = 100_000
+
+_BRACKETS = re.compile(r"\[([^\]]*)\]")
+
+
+def _estimated_size(text: str) -> int:
+    """Upper bound of the names a node set expands to, from its brackets, without expanding it."""
+    total = 0
+    for piece in re.split(r"[,!&^](?![^\[]*\])", text):
+        size = 1
+        for inner in _BRACKETS.findall(piece):
+            count = 0
+            for part in inner.split(","):
+                m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*(?:/\s*(\d+))?\s*", part)
+                if m:
+                    lo, hi, step = int(m[1]), int(m[2]), int(m[3] or 1)
+                    count += max(0, hi - lo) // max(step, 1) + 1
+                else:
+                    count += 1
+            size *= max(count, 1)
+        total += size
+    return total
+
+
 def _nodeset(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     text = value.strip()
     if not text:
         raise ValueError("empty node set")
+    if "@" in text:
+        raise ValueError(
+            f"{value!r}: ClusterShell @group names depend on the machine gpuctl runs on; "
+            "write the names out (gpu[001-064])"
+        )
+    estimate = _estimated_size(text)
+    if estimate > MAX_NODESET:
+        raise ValueError(f"expands to {estimate} names; gpuctl handles at most {MAX_NODESET}")
     try:
-        nodes = NodeSet(text)
+        nodes = NodeSet(text, resolver=RESOLVER_NOGROUP)
     except (NodeSetParseError, ValueError) as exc:
         raise ValueError(f"not a valid node set {value!r}: {exc}") from None
     if len(nodes) == 0:
