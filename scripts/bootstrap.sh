@@ -25,12 +25,20 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
+# pip, with its output shown only on failure (some machines' pip.conf adds noisy find-links)
+quiet_pip() {
+  local out
+  if ! out="$(.venv/bin/python -m pip install -q --disable-pip-version-check "$@" 2>&1)"; then
+    printf '%s\n' "$out" >&2
+    return 1
+  fi
+}
+
 stamp=.venv/.gpuctl-lock.sha256
 want="$(sha256sum requirements/dev.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "bootstrap: installing locked Python dependencies into .venv"
-  .venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
-    -r requirements/dev.lock
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+  quiet_pip --require-hashes --no-deps -r requirements/dev.lock
+  quiet_pip --no-deps --no-build-isolation -e .
   echo "$want" > "$stamp"
 fi

@@ -14,7 +14,7 @@ from gpuctl.cli.output import err_console, out_console, print_json
 from gpuctl.config import load_cluster
 from gpuctl.config.derived import ClusterSummary, summarize
 from gpuctl.config.schema import json_schema
-from gpuctl.errors import UsageError
+from gpuctl.errors import ConfigError, Problem, UsageError
 from gpuctl.render import render_cluster
 from gpuctl.starter import PROFILES, starter
 
@@ -79,11 +79,26 @@ def check(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Validate a cluster.yml and summarize it (nodes, GPUs, fabrics, versions)."""
-    summary = summarize(load_cluster(cluster))
+    try:
+        summary = summarize(load_cluster(cluster))
+    except ConfigError as exc:
+        if as_json:  # machines get the problems on stdout too; the boundary prints them for people
+            print_json({"valid": False, "problems": [_problem_json(p) for p in exc.problems]})
+        raise
     if as_json:
         print_json({"valid": True, **summary.to_json()})
         return
     _print_summary(summary)
+
+
+def _problem_json(problem: Problem) -> dict[str, object]:
+    return {
+        "file": problem.file,
+        "line": problem.line,
+        "column": problem.column,
+        "path": problem.path,
+        "message": problem.message,
+    }
 
 
 def _print_summary(s: ClusterSummary) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpuctl.config.model import Cluster
 
-SCHEMA_ID = "https://gpuctl.dev/schema/cluster-v1.json"
+SCHEMA_ID = "urn:gpuctl:schema:cluster:v1"
 
 
 def json_schema() -> dict[str, Any]:

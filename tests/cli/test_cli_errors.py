@@ -348,3 +348,29 @@ def test_entry_point_exit_codes(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stdout == ""
     assert bad.stderr == f"error: {missing}: no such file\n1 problem found\n"
+
+
+def test_check_json_reports_problems_on_stdout_for_machines(tmp_path: Path) -> None:
+    bad = tmp_path / "c.yml"
+    bad.write_text("name: x\nnode_groups: 3\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["check", "--json", str(bad)])
+    assert result.exit_code == 2
+    data = json.loads(result.stdout)
+    assert data["valid"] is False
+    by_path = {p["path"]: p for p in data["problems"]}
+    assert by_path["node_groups"]["line"] == 2
+    assert by_path["node_groups"]["column"] == 14
+    assert "expected a list" in by_path["node_groups"]["message"]
+    assert "software" in by_path
+    assert "error: " in result.stderr
+
+
+def test_check_json_on_a_valid_file(tmp_path: Path) -> None:
+    good = tmp_path / "c.yml"
+    good.write_text(starter("workstation"), encoding="utf-8")
+    result = CliRunner().invoke(app, ["check", "--json", str(good)])
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["valid"] is True
+    assert data["node_count"] == 1
+    assert data["gpus_by_model"] == {"rtx-6000-ada": 1}

@@ -77,3 +77,12 @@ def test_every_field_has_a_description_for_editor_hover() -> None:
 
     walk(json_schema(), "#")
     assert missing == []
+
+
+def test_committed_schema_beside_the_examples_is_current() -> None:
+    """The examples' editor line points at inventories/cluster.schema.json: keep it current."""
+    committed = json.loads((ROOT / "inventories" / "cluster.schema.json").read_text("utf-8"))
+    assert committed == json_schema(), "run: gpuctl schema -o inventories/cluster.schema.json"
+    for path in EXAMPLES:
+        first = path.read_text(encoding="utf-8").splitlines()[0]
+        assert first == "# yaml-language-server: $schema=./cluster.schema.json", path
