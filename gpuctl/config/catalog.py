@@ -23,6 +23,7 @@ class GpuSpec:
     max_per_node: int
     open_modules: str
     gres_type: str
+    min_driver: str | None
     thresholds: dict[str, float | None]
     sources: tuple[str, ...]
 
@@ -51,6 +52,7 @@ def gpu_specs() -> dict[str, GpuSpec]:
             max_per_node=int(v["max_per_node"]),
             open_modules=str(v["open_modules"]),
             gres_type=str(v["gres_type"]),
+            min_driver=None if v["min_driver"] is None else str(v["min_driver"]),
             thresholds=dict(v["thresholds"]),
             sources=tuple(v["sources"]),
         )

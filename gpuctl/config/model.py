@@ -205,6 +205,11 @@ class PackageSources(_Strict):
         "https://github.com/NVIDIA/nccl-tests.git",
         description="Git URL of nccl-tests (or a mirror of it).",
     )
+    slurm: Url | None = Field(
+        None,
+        description="Repository with Slurm packages at `software.slurm`; null = the "
+        "distribution's repositories.",
+    )
     pypi_index: Url | None = Field(
         None, description="Python package index for tools installed on nodes; null = default."
     )

@@ -226,6 +226,16 @@ def _software(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
         if group.gpus is None:
             continue
         spec = gpu_spec(group.gpus.model.value)
+        have = _version_key(drv.version)
+        need = _version_key(spec.min_driver) if spec.min_driver else None
+        if have is not None and need is not None and have < need:
+            out.append(
+                (
+                    ("software", "driver", "version"),
+                    f"{group.gpus.model.value} GPUs (node_groups[{i}]) need driver "
+                    f"{spec.min_driver} or later, not {drv.version}",
+                )
+            )
         if spec.open_modules == "required" and drv.kernel_modules.value != "open":
             out.append(
                 (
@@ -284,6 +294,12 @@ def _software(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
     mpi = sw.mpi
     if mpi.flavor.value == "hpcx" and (mpi.version is None or mpi.url is None):
         out.append((("software", "mpi"), "hpcx needs version and url"))
+
+
+def _version_key(version: str) -> tuple[int, ...] | None:
+    """``570.133.20`` -> (570, 133, 20); None when it is not all numbers."""
+    parts = version.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
 
 
 def fabric_rate(fabric: Fabric) -> int | None:

@@ -262,6 +262,12 @@ def b200_with_proprietary_modules(doc: Doc) -> None:
     doc["software"]["driver"]["kernel_modules"] = "proprietary"
 
 
+@case("software.driver.version", "b200 GPUs (node_groups[1]) need driver 570.133.20 or later")
+def b200_on_a_driver_older_than_its_published_minimum(doc: Doc) -> None:
+    _group(doc, "hgx")["gpus"]["model"] = "b200"
+    doc["software"]["driver"]["version"] = "570.124.06"
+
+
 @case("software.fabric_manager.enabled", "NVSwitch GPUs need Fabric Manager")
 def fabric_manager_disabled_on_nvswitch(doc: Doc) -> None:
     doc["software"]["fabric_manager"] = {"enabled": False}
