@@ -1,0 +1,117 @@
+"""Hypothesis throws mutated real outputs at every parser: no exception may escape.
+
+For each kind, the inputs are its fixtures' bodies, mutated (lines dropped, duplicated, cut
+short, characters replaced, ANSI escapes, CR/LF and tabs inserted), plus arbitrary text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuctl.validation.parsing import ParseResult, registry
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def _body(path: Path) -> str:
+    lines = path.read_bytes().decode("utf-8").splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.rstrip("\r\n") == "# ---":
+            return "".join(lines[i + 1 :])
+    return "".join(lines)
+
+
+def _corpus() -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    out: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for path in sorted(FIXTURES.rglob("*.txt")):
+        expect = path.with_suffix(".expect.yml")
+        if expect.is_file():
+            exp = yaml.safe_load(expect.read_text(encoding="utf-8"))
+            out[exp["kind"]].append((_body(path), exp.get("options") or {}))
+    return out
+
+
+CORPUS = _corpus()
+NOISE = st.sampled_from(
+    [
+        "\x1b[4m",
+        "\x1b[0m",
+        "\r\n",
+        "\r",
+        "\t",
+        "  ",
+        "N/A",
+        "[N/A]",
+        "-",
+        ":",
+        "|",
+        "#",
+        "0",
+        "99999999999999999999",
+        "nan",
+        "\x00",
+        "é",
+        "\n\n",
+    ]
+)
+
+
+@st.composite
+def mutated(draw: st.DrawFn, bodies: list[str]) -> str:
+    text = draw(st.sampled_from(bodies))
+    lines = text.splitlines(keepends=True)
+    for _ in range(draw(st.integers(0, 6))):
+        if not lines:
+            break
+        op = draw(st.sampled_from(["drop", "dup", "cut", "noise", "swap", "truncate"]))
+        i = draw(st.integers(0, len(lines) - 1))
+        if op == "drop":
+            del lines[i : i + draw(st.integers(1, 5))]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "cut":
+            lines[i] = lines[i][: draw(st.integers(0, max(0, len(lines[i]) - 1)))]
+        elif op == "noise":
+            pos = draw(st.integers(0, len(lines[i])))
+            lines[i] = lines[i][:pos] + draw(NOISE) + lines[i][pos:]
+        elif op == "swap":
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        else:
+            lines = lines[:i]
+    return "".join(lines)
+
+
+def _check(kind: str, text: str, options: dict[str, Any]) -> None:
+    result = registry()[kind].func(text, **options)
+    assert isinstance(result, ParseResult)
+    assert result.kind == kind
+    json.dumps(result.to_json(), allow_nan=False)
+
+
+@pytest.mark.parametrize("kind", sorted(CORPUS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_fixtures_never_raise(kind: str, data: st.DataObject) -> None:
+    bodies = [b for b, _ in CORPUS[kind]]
+    options = CORPUS[kind][0][1]
+    _check(kind, data.draw(mutated(bodies)), options)
+
+
+@pytest.mark.parametrize("kind", sorted(registry()))
+@settings(max_examples=40, deadline=None)
+@given(text=st.text(max_size=400))
+def test_arbitrary_text_never_raises(kind: str, text: str) -> None:
+    options: dict[str, Any] = {"fields": ["name"]} if "fields" in registry()[kind].options else {}
+    _check(kind, text, options)
+    empty = registry()[kind].func("", **options)
+    assert empty.recognised is False, f"{kind}: empty input must not be recognised"
