@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
-# Set up what gpuctl and its tests need, on a fresh Debian 12 machine as root (idempotent):
+# Set up what gpuctl (and with --test, its tests) need, on a fresh Debian 12 machine as root
+# (idempotent):
 # Debian packages, then a virtualenv in .venv with the locked Python dependencies
 # (requirements/dev.lock, hash-checked) and gpuctl itself installed editable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# --test: also what the tests' real consumers need (promtool from prometheus, headless Chromium)
+packages=(python3 python3-venv python3-pip openssh-client ca-certificates)
+if [ "${1:-}" = "--test" ]; then
+  packages+=(prometheus chromium fonts-dejavu-core)
+fi
+
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   need=()
-  for pkg in python3 python3-venv python3-pip openssh-client ca-certificates; do
+  for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
   done
   if [ "${#need[@]}" -gt 0 ]; then
     echo "bootstrap: installing Debian packages: ${need[*]}"
     apt-get update -q
+    # never start services while installing (the prometheus package would start a server)
+    policy=/usr/sbin/policy-rc.d
+    own_policy=0
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && own_policy=1
+    fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+    if [ "$own_policy" = 1 ]; then rm -f "$policy"; fi
   fi
 fi
 

@@ -2,7 +2,7 @@
 # The test command: set-up, lint, types, unit tests, then lab tests (when there are any).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+scripts/bootstrap.sh --test
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"
 ruff check .

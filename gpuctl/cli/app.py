@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from gpuctl import __version__
-from gpuctl.cli import config_cmds, parse_cmd
+from gpuctl.cli import config_cmds, parse_cmd, report_cmd
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, print_error
 from gpuctl.errors import ConfigError, GpuctlError, UsageError
@@ -72,6 +72,7 @@ def _root(
 
 config_cmds.register(app)
 parse_cmd.register(app)
+report_cmd.register(app)
 
 
 def main() -> None:

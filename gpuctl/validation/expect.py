@@ -1,0 +1,89 @@
+"""What each node should look like, derived from cluster.yml (the judges' expectations)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuctl.config.catalog import gpu_spec
+from gpuctl.config.derived import effective_thresholds
+from gpuctl.config.model import Cluster
+from gpuctl.config.rules import effective_interconnect, fabric_rate
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedNic:
+    device: str
+    fabric: str
+    kind: str  # infiniband | roce
+    rate_gbps: int | None
+
+    @property
+    def link_layer(self) -> str:
+        return "InfiniBand" if self.kind == "infiniband" else "Ethernet"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeExpectation:
+    node: str
+    group: str
+    gpu_model: str | None = None
+    product_name: str | None = None
+    gpu_count: int = 0
+    interconnect: str | None = None
+    nvlink_token: str | None = None  # what topo -m shows between two GPUs (NV18, NV12)
+    pcie_gen: int | None = None
+    driver_version: str | None = None
+    fabric_manager: bool = False
+    nics: tuple[ExpectedNic, ...] = ()
+    level: str = "standard"
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
+    fabrics = {f.name: f for f in cluster.fabrics}
+    out: dict[str, NodeExpectation] = {}
+    for gi, group in enumerate(cluster.node_groups):
+        th = effective_thresholds(cluster, group, gi)
+        gpus = group.gpus
+        spec = gpu_spec(gpus.model.value) if gpus else None
+        ic = (
+            effective_interconnect(gpus.model.value, gpus.count, gpus.interconnect)
+            if gpus
+            else None
+        )
+        nics = tuple(
+            ExpectedNic(
+                dev,
+                nic.fabric,
+                fabrics[nic.fabric].kind.value,
+                nic.rate_gbps or fabric_rate(fabrics[nic.fabric]),
+            )
+            for nic in group.nics
+            for dev in _expand(nic.devices)
+        )
+        for node in group.node_names():
+            out[node] = NodeExpectation(
+                node=node,
+                group=group.name,
+                gpu_model=spec.key if spec else None,
+                product_name=spec.product_name if spec else None,
+                gpu_count=gpus.count if gpus else 0,
+                interconnect=ic,
+                nvlink_token=spec.nvlink_per_pair if spec and ic == "nvswitch" else None,
+                pcie_gen=spec.pcie_gen if spec else None,
+                driver_version=cluster.software.driver.version if gpus else None,
+                fabric_manager=ic == "nvswitch",
+                nics=nics,
+                level=(group.validation.level or cluster.validation.level).value,
+                thresholds={k: v.value for k, v in th.items()},
+                sources={k: v.source for k, v in th.items()},
+            )
+    return out
+
+
+def _expand(nodeset: str) -> list[str]:
+    from gpuctl.config.model import expand
+
+    return expand(nodeset)

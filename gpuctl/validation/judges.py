@@ -1,0 +1,658 @@
+"""Judges: parsed tool output + what cluster.yml expects -> CheckResults.
+
+Fail closed everywhere: a probe that did not run, timed out, exited with an error, or whose
+output was not recognised gives UNKNOWN for what it should have shown, never OK. A value the
+output does not show is never taken as zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from gpuctl.resources import load_data
+from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.parsing import ParseResult, parse
+from gpuctl.validation.results import CheckResult, Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutput:
+    """What running one probe on one node gave: its output, or why there is none."""
+
+    kind: str
+    text: str | None
+    rc: int | None = 0
+    timed_out: bool = False
+    error: str | None = None  # could not run (unreachable, command missing, ...)
+
+    def failure(self) -> str | None:
+        """Why this output cannot be trusted, or None."""
+        if self.error:
+            return self.error
+        if self.timed_out:
+            return "timed out"
+        if self.text is None:
+            return "no output"
+        return None
+
+
+Outputs = Mapping[str, ProbeOutput]
+
+
+def _r(exp: NodeExpectation, check: str, verdict: Verdict, message: str, **kw: Any) -> CheckResult:
+    return CheckResult(check=check, node=exp.node, verdict=verdict, message=message, **kw)
+
+
+def _parsed(
+    exp: NodeExpectation, outputs: Outputs, kinds: Sequence[str], check: str
+) -> tuple[ParseResult | None, list[CheckResult]]:
+    """The first usable parse among ``kinds`` (preferred first), or an UNKNOWN saying why not."""
+    reasons: list[str] = []
+    for kind in kinds:
+        out = outputs.get(kind)
+        if out is None:
+            continue
+        why = out.failure()
+        if why is not None:
+            reasons.append(f"{kind}: {why}")
+            continue
+        assert out.text is not None  # noqa: S101 - failure() checked it
+        result = parse(kind, out.text)
+        if not result.recognised:
+            reasons.append(f"{kind}: output not recognised ({'; '.join(result.problems)[:200]})")
+            continue
+        if out.rc not in (0, None):
+            reasons.append(f"{kind}: exit code {out.rc}")
+            # keep going: partial output with an error exit is judged, but never OK alone
+            return result, [
+                _r(exp, check, Verdict.UNKNOWN, f"{kind} exited with {out.rc}; output incomplete")
+            ]
+        return result, []
+    if not reasons:
+        reasons.append(f"not collected ({' or '.join(kinds)})")
+    return None, [_r(exp, check, Verdict.UNKNOWN, "; ".join(reasons))]
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+# ------------------------------------------------------------------------------------------
+# Topology
+
+
+_NV = re.compile(r"NV(\d+)$")
+
+
+def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    if exp.gpu_count < 2 and not exp.nics:
+        return []
+    result, unknown = _parsed(exp, outputs, ["topo"], "topology")
+    if result is None:
+        return unknown
+    data = result.data
+    gpus: list[str] = list(data.get("gpus") or [])
+    links: dict[str, dict[str, str]] = data.get("links") or {}
+    out = list(unknown)
+    if len(gpus) != exp.gpu_count:
+        out.append(
+            _r(
+                exp,
+                "topology.gpus",
+                Verdict.FAIL,
+                f"topo -m shows {len(gpus)} GPUs, expected {exp.gpu_count}",
+                measured=len(gpus),
+                expected=exp.gpu_count,
+            )
+        )
+    if exp.nvlink_token is not None:
+        wanted = _NV.match(exp.nvlink_token)
+        want = int(wanted.group(1)) if wanted else None
+        bad = []
+        for a in gpus:
+            for b in gpus:
+                if a == b:
+                    continue
+                token = (links.get(a) or {}).get(b)
+                m = _NV.match(token or "")
+                if token is None or m is None or (want is not None and int(m.group(1)) < want):
+                    bad.append((a, b, token))
+        for a, b, token in bad:
+            if a < b:
+                out.append(
+                    _r(
+                        exp,
+                        "topology.nvlink",
+                        Verdict.FAIL,
+                        f"{a}-{b} is {token or 'missing'}, expected {exp.nvlink_token}",
+                        subject=f"{a}-{b}",
+                        measured=token,
+                        expected=exp.nvlink_token,
+                        source="gpu model (data/gpu_models.yml)",
+                    )
+                )
+        if not bad:
+            out.append(
+                _r(
+                    exp,
+                    "topology.nvlink",
+                    Verdict.OK,
+                    f"every GPU pair is {exp.nvlink_token} or better",
+                    measured=exp.nvlink_token,
+                    expected=exp.nvlink_token,
+                )
+            )
+    if exp.nics and data.get("nics"):
+        # GPUDirect RDMA wants each GPU to have a NIC behind the same PCIe switch (PIX/PXB)
+        nics: list[str] = list(data.get("nics") or [])
+        for g in gpus:
+            best = [(links.get(g) or {}).get(n) for n in nics]
+            if any(t in ("PIX", "PXB") for t in best):
+                continue
+            out.append(
+                _r(
+                    exp,
+                    "topology.gpu_nic_affinity",
+                    Verdict.WARN,
+                    f"{g} has no NIC behind its PCIe switch (best: "
+                    f"{', '.join(sorted({t or '?' for t in best}))}); GPUDirect RDMA slows",
+                    subject=g,
+                    expected="PIX or PXB",
+                )
+            )
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# NCCL
+
+
+def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    if exp.gpu_count < 2:
+        return []
+    result, unknown = _parsed(exp, outputs, ["nccl"], "nccl.busbw")
+    if result is None:
+        return unknown
+    data = result.data
+    out = list(unknown)
+    errors: list[str] = list(data.get("errors") or [])
+    rows: list[dict[str, Any]] = list(data.get("rows") or [])
+    if errors:
+        out.append(
+            _r(
+                exp,
+                "nccl.errors",
+                Verdict.FAIL,
+                f"nccl-tests reported {len(errors)} failure lines",
+                evidence=tuple(errors[:5]),
+            )
+        )
+    wrong = [
+        (row.get("size"), side, (row.get(side) or {}).get("wrong"))
+        for row in rows
+        for side in ("out_of_place", "in_place")
+    ]
+    bad = [(s, side, w) for s, side, w in wrong if _num(w) is not None and _num(w) != 0]
+    oob = _num(data.get("out_of_bounds"))
+    if bad or (oob is not None and oob > 0):
+        out.append(
+            _r(
+                exp,
+                "nccl.wrong",
+                Verdict.FAIL,
+                f"wrong results: {len(bad)} rows with #wrong > 0, out of bounds "
+                f"{data.get('out_of_bounds')}",
+                measured=len(bad) or oob,
+                expected=0,
+            )
+        )
+    elif rows and any(_num(w) is not None for _, _, w in wrong):
+        out.append(_r(exp, "nccl.wrong", Verdict.OK, "no wrong results", measured=0, expected=0))
+    threshold = _num(exp.thresholds.get("nccl_all_reduce_busbw_gbs"))
+    peak_rows = [r for r in rows if _num((r.get("out_of_place") or {}).get("busbw")) is not None]
+    if not peak_rows:
+        out.append(_r(exp, "nccl.busbw", Verdict.UNKNOWN, "no bandwidth rows in the output"))
+        return out
+    largest = max(peak_rows, key=lambda r: _num(r.get("size")) or 0.0)
+    busbw = _num((largest.get("out_of_place") or {}).get("busbw"))
+    size = largest.get("size")
+    if threshold is None:
+        out.append(
+            _r(
+                exp,
+                "nccl.busbw",
+                Verdict.UNKNOWN,
+                f"busbw {busbw} GB/s at {size} B, but no threshold is set for "
+                f"{exp.gpu_model}: set validation.thresholds.nccl_all_reduce_busbw_gbs",
+                measured=busbw,
+                unit="GB/s",
+            )
+        )
+    elif busbw is not None:
+        ok = busbw >= threshold
+        out.append(
+            _r(
+                exp,
+                "nccl.busbw",
+                Verdict.OK if ok else Verdict.FAIL,
+                f"busbw {busbw:g} GB/s at {size} B " + (">=" if ok else "<") + f" {threshold:g}",
+                measured=busbw,
+                expected=threshold,
+                unit="GB/s",
+                source=exp.sources.get("nccl_all_reduce_busbw_gbs"),
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# InfiniBand / RoCE ports and bandwidth
+
+
+def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    if not exp.nics:
+        return []
+    result, unknown = _parsed(exp, outputs, ["ibstat"], "ib.port")
+    if result is None:
+        return unknown
+    cas: dict[str, Any] = result.data.get("cas") or {}
+    out = list(unknown)
+    for nic in exp.nics:
+        ca = cas.get(nic.device)
+        if ca is None:
+            out.append(
+                _r(
+                    exp,
+                    "ib.port",
+                    Verdict.FAIL,
+                    f"{nic.device} is missing from ibstat",
+                    subject=nic.device,
+                    evidence=tuple(result.data.get("errors") or ()),
+                )
+            )
+            continue
+        ports: dict[str, Any] = ca.get("ports") or {}
+        port = ports.get("1")
+        if port is None:
+            out.append(
+                _r(
+                    exp,
+                    "ib.port",
+                    Verdict.UNKNOWN,
+                    f"{nic.device} shows no port 1",
+                    subject=nic.device,
+                )
+            )
+            continue
+        subject = f"{nic.device}/1"
+        state, phys = port.get("state"), port.get("physical_state")
+        if state != "Active" or phys != "LinkUp":
+            out.append(
+                _r(
+                    exp,
+                    "ib.port.state",
+                    Verdict.FAIL,
+                    f"state {state}, physical state {phys}; expected Active, LinkUp",
+                    subject=subject,
+                    measured=f"{state}/{phys}",
+                    expected="Active/LinkUp",
+                )
+            )
+        else:
+            out.append(_r(exp, "ib.port.state", Verdict.OK, "Active, LinkUp", subject=subject))
+        rate = _num(port.get("rate"))
+        if nic.rate_gbps is not None:
+            if rate is None:
+                out.append(
+                    _r(
+                        exp,
+                        "ib.port.rate",
+                        Verdict.UNKNOWN,
+                        "rate not shown",
+                        subject=subject,
+                        expected=nic.rate_gbps,
+                        unit="Gb/s",
+                    )
+                )
+            else:
+                ok = rate == nic.rate_gbps
+                out.append(
+                    _r(
+                        exp,
+                        "ib.port.rate",
+                        Verdict.OK if ok else Verdict.FAIL,
+                        f"rate {rate:g} Gb/s, expected {nic.rate_gbps}",
+                        subject=subject,
+                        measured=rate,
+                        expected=nic.rate_gbps,
+                        unit="Gb/s",
+                        limit=float(nic.rate_gbps),
+                    )
+                )
+        layer = port.get("link_layer")
+        if layer != nic.link_layer:
+            out.append(
+                _r(
+                    exp,
+                    "ib.port.link_layer",
+                    Verdict.FAIL,
+                    f"link layer {layer}, expected {nic.link_layer} ({nic.kind})",
+                    subject=subject,
+                    measured=layer,
+                    expected=nic.link_layer,
+                )
+            )
+    return out
+
+
+MB_PER_SEC_TO_GBPS = 1_048_576 * 8 / 1e9  # perftest's MB is 2^20 bytes
+
+
+def judge_ib_write_bw(
+    exp: NodeExpectation, per_hca: Mapping[str, ProbeOutput]
+) -> list[CheckResult]:
+    """``per_hca``: HCA -> the client-side ib_write_bw output for it (collected by validate)."""
+    out: list[CheckResult] = []
+    threshold = _num(exp.thresholds.get("ib_write_bw_gbps"))
+    for nic in exp.nics:
+        probe = per_hca.get(nic.device)
+        subject = nic.device
+        if probe is None:
+            out.append(_r(exp, "ib.write_bw", Verdict.UNKNOWN, "not measured", subject=subject))
+            continue
+        result, unknown = _parsed(exp, {"perftest": probe}, ["perftest"], "ib.write_bw")
+        if result is None:
+            out += [_with_subject(u, subject) for u in unknown]
+            continue
+        rows = [r for r in result.data.get("rows") or [] if _num(r.get("bw_average")) is not None]
+        if not rows:
+            out.append(_r(exp, "ib.write_bw", Verdict.UNKNOWN, "no result row", subject=subject))
+            continue
+        row = max(rows, key=lambda r: _num(r.get("bytes")) or 0.0)
+        bw = _num(row.get("bw_average"))
+        assert bw is not None  # noqa: S101 - filtered above
+        unit = result.data.get("bw_unit")
+        if unit == "MB/sec":
+            bw = round(bw * MB_PER_SEC_TO_GBPS, 2)
+        elif unit != "Gb/sec":
+            out.append(
+                _r(exp, "ib.write_bw", Verdict.UNKNOWN, f"unknown unit {unit!r}", subject=subject)
+            )
+            continue
+        if threshold is None:
+            out.append(
+                _r(
+                    exp,
+                    "ib.write_bw",
+                    Verdict.UNKNOWN,
+                    f"{bw:g} Gb/s; no threshold set",
+                    subject=subject,
+                    measured=bw,
+                    unit="Gb/s",
+                )
+            )
+            continue
+        ok = bw >= threshold
+        out.append(
+            _r(
+                exp,
+                "ib.write_bw",
+                Verdict.OK if ok else Verdict.FAIL,
+                f"{bw:g} Gb/s " + (">=" if ok else "<") + f" {threshold:g}",
+                subject=subject,
+                measured=bw,
+                expected=threshold,
+                unit="Gb/s",
+                limit=float(nic.rate_gbps) if nic.rate_gbps else None,
+                source=exp.sources.get("ib_write_bw_gbps"),
+            )
+        )
+        out += [_with_subject(u, subject) for u in unknown]
+    return out
+
+
+def _with_subject(result: CheckResult, subject: str) -> CheckResult:
+    return dataclasses.replace(result, subject=subject)
+
+
+# ------------------------------------------------------------------------------------------
+# Kernel log: Xid / fallen off the bus / SXid
+
+
+@cache
+def xid_actions() -> dict[int, str]:
+    data = load_data("xid.yml")
+    return {int(x): action for action, xids in data["actions"].items() for x in xids}
+
+
+def judge_xid(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    if exp.gpu_count == 0:
+        return []
+    result, unknown = _parsed(exp, outputs, ["xid"], "xid")
+    if result is None:
+        return unknown
+    out = list(unknown)
+    actions = xid_actions()
+    default = str(load_data("xid.yml")["default_action"])
+    events: list[dict[str, Any]] = list(result.data.get("events") or [])
+    for ev in result.data.get("fallen_off_bus") or []:
+        out.append(
+            _r(
+                exp,
+                "xid.fallen_off_bus",
+                Verdict.FAIL,
+                f"GPU {ev.get('pci')} has fallen off the bus: reboot",
+                subject=ev.get("pci"),
+                measured=79,
+            )
+        )
+    seen: dict[tuple[Any, int], list[dict[str, Any]]] = {}
+    for ev in events:
+        xid = ev.get("xid")
+        if isinstance(xid, int):
+            seen.setdefault((ev.get("pci"), xid), []).append(ev)
+    for (pci, xid), evs in sorted(seen.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        action = actions.get(xid, default)
+        verdict = Verdict.WARN if action == "monitor" else Verdict.FAIL
+        out.append(
+            _r(
+                exp,
+                "xid",
+                verdict,
+                f"Xid {xid} x{len(evs)}: {action}",
+                subject=str(pci),
+                measured=xid,
+                source="data/xid.yml (AWS ladder, Azure fatal list)",
+                evidence=tuple(str(e.get("message", ""))[:200] for e in evs[:3]),
+            )
+        )
+    if not out:
+        out.append(_r(exp, "xid", Verdict.OK, "no Xid events in the window"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Fabric Manager
+
+
+def judge_fabric_manager(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    if not exp.fabric_manager:
+        return []
+    result, unknown = _parsed(exp, outputs, ["fabricmanager"], "fabricmanager")
+    if result is None:
+        return unknown
+    data = result.data
+    out = list(unknown)
+    active = data.get("active")
+    if active is True:
+        out.append(_r(exp, "fabricmanager.active", Verdict.OK, "nvidia-fabricmanager is active"))
+    elif active is False:
+        out.append(
+            _r(
+                exp,
+                "fabricmanager.active",
+                Verdict.FAIL,
+                f"nvidia-fabricmanager is {data.get('state') or 'not active'}",
+                evidence=tuple(str(e) for e in (data.get("errors") or [])[:5]),
+            )
+        )
+    else:
+        out.append(
+            _r(
+                exp,
+                "fabricmanager.active",
+                Verdict.UNKNOWN,
+                "the output does not say whether Fabric Manager runs",
+            )
+        )
+    version = data.get("version")
+    if version is not None and exp.driver_version is not None and version != exp.driver_version:
+        out.append(
+            _r(
+                exp,
+                "fabricmanager.version",
+                Verdict.FAIL,
+                f"Fabric Manager {version} differs from the driver {exp.driver_version}",
+                measured=version,
+                expected=exp.driver_version,
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# DCGM diag
+
+
+def judge_dcgm(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    if exp.gpu_count == 0 or exp.level == "quick":
+        return []
+    result, unknown = _parsed(exp, outputs, ["dcgm-diag"], "dcgm")
+    if result is None:
+        return unknown
+    out = list(unknown)
+    for test in result.data.get("tests") or []:
+        res = str(test.get("result") or "")
+        verdict = {
+            "pass": Verdict.OK,
+            "fail": Verdict.FAIL,
+            "warn": Verdict.WARN,
+            "skip": Verdict.OK,
+        }.get(res.lower(), Verdict.UNKNOWN)
+        if verdict is Verdict.OK and res.lower() == "skip":
+            continue
+        messages = tuple(str(m) for m in test.get("messages") or [])
+        out.append(
+            _r(
+                exp,
+                "dcgm.diag",
+                verdict,
+                f"{test.get('name')}: {res or 'no result'}",
+                subject=str(test.get("name")),
+                evidence=messages[:3],
+            )
+        )
+    overall = result.data.get("overall")
+    if overall is None:
+        out.append(_r(exp, "dcgm.diag", Verdict.UNKNOWN, "dcgmi diag output is incomplete"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Slurm node state
+
+
+_BAD_STATES = {"down", "fail", "failing", "not_responding", "no_respond"}
+
+
+def judge_slurm_node(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    result, unknown = _parsed(exp, outputs, ["scontrol-node"], "slurm.state")
+    if result is None:
+        return unknown
+    out = list(unknown)
+    nodes = [n for n in result.data.get("nodes") or [] if n.get("NodeName") == exp.node]
+    if not nodes:
+        return [*out, _r(exp, "slurm.state", Verdict.UNKNOWN, "node not in scontrol output")]
+    node = nodes[0]
+    state = str(node.get("state") or "").lower()
+    flags = [str(f).lower() for f in node.get("state_flags") or []]
+    reason = node.get("reason")
+    if state in _BAD_STATES or any(f in _BAD_STATES for f in flags):
+        out.append(
+            _r(
+                exp,
+                "slurm.state",
+                Verdict.FAIL,
+                f"Slurm state {state}+{'+'.join(flags)}",
+                measured=state,
+                evidence=(str(reason),) if reason else (),
+            )
+        )
+    elif "drain" in flags or state in ("drain", "drained", "draining"):
+        ours = isinstance(reason, str) and reason.startswith("gpuctl:")
+        out.append(
+            _r(
+                exp,
+                "slurm.state",
+                Verdict.WARN,
+                f"drained ({'by gpuctl' if ours else 'by someone else'}): {reason}",
+                measured=state,
+            )
+        )
+    else:
+        out.append(_r(exp, "slurm.state", Verdict.OK, f"Slurm state {state}", measured=state))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Fleet-relative
+
+
+def judge_fleet_relative(
+    results: Iterable[CheckResult], check: str, fraction: float
+) -> list[CheckResult]:
+    """Flag nodes whose ``check`` measurement is below ``fraction`` x the fleet median."""
+    values: dict[tuple[str, str | None], float] = {}
+    for r in results:
+        v = _num(r.measured)
+        if r.check == check and v is not None:
+            values[(r.node, r.subject)] = v
+    if len(values) < 3:
+        return []
+    median = statistics.median(values.values())
+    floor = fraction * median
+    out: list[CheckResult] = []
+    for (node, subject), v in sorted(values.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        if v < floor:
+            out.append(
+                CheckResult(
+                    check=f"{check}.fleet",
+                    node=node,
+                    subject=subject,
+                    verdict=Verdict.FAIL,
+                    message=f"{v:g} is below {fraction:g} x fleet median {median:g}",
+                    measured=v,
+                    expected=round(floor, 3),
+                    source="validation.thresholds.fleet_relative_min",
+                )
+            )
+    return out
+
+
+NodeJudge = Callable[[NodeExpectation, Outputs], list[CheckResult]]
+NODE_JUDGES: tuple[NodeJudge, ...] = (
+    judge_topology,
+    judge_nccl,
+    judge_ib_ports,
+    judge_xid,
+    judge_fabric_manager,
+    judge_dcgm,
+)

@@ -1,0 +1,249 @@
+"""Report formats, each read back by a real consumer: junitparser, promtool, headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import junitparser
+import pytest
+from typer.testing import CliRunner
+
+from gpuctl.cli.app import app
+from gpuctl.validation.reports import (
+    drain_reasons,
+    render_html,
+    render_junit,
+    render_prometheus,
+)
+from gpuctl.validation.reports.drain import REASON_MAX
+from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
+
+
+def _report() -> ValidationReport:
+    def c(node: str, check: str, verdict: Verdict, **kw: object) -> CheckResult:
+        return CheckResult(
+            check=check,
+            node=node,
+            verdict=verdict,
+            message=str(kw.pop("message", f"{check} {verdict.value}")),
+            **kw,
+        )  # type: ignore[arg-type]
+
+    nodes = (
+        NodeReport(
+            "gpu001",
+            (
+                c("gpu001", "nccl.busbw", Verdict.OK, measured=478.2, expected=460, unit="GB/s"),
+                c(
+                    "gpu001",
+                    "ib.write_bw",
+                    Verdict.OK,
+                    subject="mlx5_0",
+                    measured=385.1,
+                    expected=375,
+                    unit="Gb/s",
+                    limit=400.0,
+                ),
+            ),
+        ),
+        NodeReport(
+            "gpu002",
+            (
+                c(
+                    "gpu002",
+                    "nccl.busbw",
+                    Verdict.FAIL,
+                    measured=301.5,
+                    expected=460,
+                    unit="GB/s",
+                    message='busbw 301.5 GB/s < 460 "slow" = bad\nsecond line',
+                    evidence=("#  8589934592 ... 301.50",),
+                ),
+                c(
+                    "gpu002",
+                    "ib.port.state",
+                    Verdict.UNKNOWN,
+                    subject="mlx5_3/1",
+                    message="ibstat timed out",
+                ),
+                c(
+                    "gpu002",
+                    "xid",
+                    Verdict.WARN,
+                    subject="0000:19:00",
+                    measured=13,
+                    message="Xid 13 x2: monitor",
+                ),
+            ),
+        ),
+        NodeReport(
+            "gpu003",
+            (c("gpu003", "topology.nvlink", Verdict.UNKNOWN, message="topo: not collected"),),
+            unknown_fails=False,
+        ),
+    )
+    return ValidationReport(
+        cluster="hgx-h100",
+        level="standard",
+        nodes=nodes,
+        generated_at="2026-12-01T00:00:00Z",
+        extra={
+            "topology": {
+                "gpu001": {
+                    "devices": ["GPU0", "GPU1", "NIC0"],
+                    "links": {
+                        "GPU0": {"GPU1": "NV18", "NIC0": "PIX"},
+                        "GPU1": {"GPU0": "NV18", "NIC0": "SYS"},
+                        "NIC0": {"GPU0": "PIX", "GPU1": "SYS"},
+                    },
+                }
+            },
+            "nccl": {
+                "gpu001": [[1024.0, 1.5], [1048576.0, 120.0], [8589934592.0, 478.2]],
+                "gpu002": [[1024.0, 1.2], [1048576.0, 100.0], [8589934592.0, 301.5]],
+            },
+            "nccl_threshold": 460,
+            "ib_write_bw": {"gpu001": {"mlx5_0": 385.1, "mlx5_1": 342.0}},
+            "ib_write_bw_threshold": 375,
+        },
+    )
+
+
+def test_json_round_trip_and_summary() -> None:
+    rep = _report()
+    again = ValidationReport.from_json(json.loads(rep.dumps()))
+    assert again.to_json() == rep.to_json()
+    assert rep.summary() == {"nodes": 3, "failed": 1, "ok": 1, "warn": 0, "fail": 1, "unknown": 1}
+    data = rep.to_json()
+    assert data["schema_version"] == 1
+    assert data["nodes"][0]["checks"][1]["percent_of_limit"] == 96.3
+    with pytest.raises(ValueError, match="schema_version"):
+        ValidationReport.from_json({**data, "schema_version": 2})
+
+
+def test_unknown_fails_the_node_unless_the_user_says_otherwise() -> None:
+    rep = _report()
+    by = {n.node: n for n in rep.nodes}
+    assert by["gpu002"].failed  # FAIL
+    assert not by["gpu003"].failed  # UNKNOWN only, unknown_fails=False
+    unknown_only = NodeReport("x", by["gpu003"].checks)
+    assert unknown_only.failed  # the default fails closed
+    assert NodeReport("y", ()).verdict is Verdict.UNKNOWN  # nothing checked is not OK
+
+
+def test_junit_is_read_back_by_junitparser(tmp_path: Path) -> None:
+    path = tmp_path / "r.xml"
+    path.write_text(render_junit(_report()), encoding="utf-8")
+    xml = junitparser.JUnitXml.fromfile(str(path))
+    suites = {s.name: s for s in xml}
+    assert set(suites) == {"gpu001", "gpu002", "gpu003"}
+    assert (xml.tests, xml.failures, xml.errors) == (6, 1, 2)
+    cases = {c.name: c for c in suites["gpu002"]}
+    fail = cases["nccl.busbw"].result
+    assert len(fail) == 1
+    assert isinstance(fail[0], junitparser.Failure)
+    assert "301.5" in (fail[0].text or "")
+    err = cases["ib.port.state[mlx5_3/1]"].result
+    assert isinstance(err[0], junitparser.Error)
+    assert cases["xid[0000:19:00]"].is_passed
+    assert all(c.is_passed for c in suites["gpu001"])
+
+
+def test_prometheus_textfile_passes_promtool(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: run scripts/bootstrap.sh --test (Debian prometheus)"
+    text = render_prometheus(_report())
+    proc = subprocess.run(
+        [promtool, "check", "metrics"], input=text, text=True, capture_output=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        'gpuctl_check_verdict{cluster="hgx-h100",node="gpu002",check="nccl.busbw",subject=""} 2'
+    ) in text
+    assert 'gpuctl_node_failed{cluster="hgx-h100",node="gpu003"} 0' in text
+    assert "gpuctl_check_measured{" in text
+    assert 'unit="GB/s"} 301.5' in text
+
+
+def test_drain_reasons_are_short_single_lines_with_our_prefix() -> None:
+    reasons = drain_reasons(_report())
+    assert set(reasons) == {"gpu002"}
+    reason = reasons["gpu002"]
+    assert reason.startswith("gpuctl: nccl.busbw ")
+    assert len(reason) <= REASON_MAX
+    assert "\n" not in reason
+    assert '"' not in reason
+    assert "=" not in reason
+    assert reason.endswith("(+1 more)")
+
+
+def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is missing: run scripts/bootstrap.sh --test"
+    html = render_html(_report())
+    assert "<script" not in html
+    assert "http" not in html.split("</style>", 1)[1]
+    page = tmp_path / "report.html"
+    page.write_text(html, encoding="utf-8")
+    shot = tmp_path / "report.png"
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    proc = subprocess.run(
+        [chromium, *flags, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 20_000
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    ).stdout
+    for text in ("gpu002", "NV18", "busbw by message size", "mlx5_1", "ibstat timed out"):
+        assert text in dom
+
+
+def test_report_cli_writes_every_format(tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    results.write_text(_report().dumps(), encoding="utf-8")
+    res = CliRunner().invoke(
+        app,
+        [
+            "report",
+            str(results),
+            "--html",
+            str(tmp_path / "r.html"),
+            "--junit",
+            str(tmp_path / "r.xml"),
+            "--prom",
+            str(tmp_path / "prom"),
+            "--drain-reasons",
+        ],
+    )
+    assert res.exit_code == 1  # a node failed
+    assert (tmp_path / "r.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert (tmp_path / "prom" / "gpuctl.prom").is_file()
+    assert res.stdout.startswith("gpu002\tgpuctl: nccl.busbw")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}", encoding="utf-8")
+    res = CliRunner().invoke(app, ["report", str(bad), "--html", str(tmp_path / "x.html")])
+    assert res.exit_code == 2
+    assert "not gpuctl results" in res.stderr
