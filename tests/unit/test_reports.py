@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import junitparser
 import pytest
@@ -23,14 +24,14 @@ from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport,
 
 
 def _report() -> ValidationReport:
-    def c(node: str, check: str, verdict: Verdict, **kw: object) -> CheckResult:
+    def c(node: str, check: str, verdict: Verdict, **kw: Any) -> CheckResult:
         return CheckResult(
             check=check,
             node=node,
             verdict=verdict,
             message=str(kw.pop("message", f"{check} {verdict.value}")),
             **kw,
-        )  # type: ignore[arg-type]
+        )
 
     nodes = (
         NodeReport(
