@@ -86,6 +86,209 @@ def _num(value: Any) -> float | None:
 
 
 # ------------------------------------------------------------------------------------------
+# GPUs: inventory, driver, ECC and row remapping, PCIe link, clocks, fabric state
+
+# Clock event reasons that are normal (Azure's health checks warn on the others).
+_BENIGN_CLOCK_REASONS = {
+    "idle",
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "display_clock_setting",
+    "display_clocks_setting",
+}
+
+
+def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    if exp.gpu_count == 0:
+        return []
+    result, unknown = _parsed(exp, outputs, ["smi-xml", "smi-q"], "gpu")
+    if result is None:
+        return unknown
+    data = result.data
+    out = list(unknown)
+    gpus: list[dict[str, Any]] = list(data.get("gpus") or [])
+    if len(gpus) != exp.gpu_count:
+        out.append(
+            _r(
+                exp,
+                "gpu.count",
+                Verdict.FAIL,
+                f"{len(gpus)} GPUs visible, expected {exp.gpu_count}",
+                measured=len(gpus),
+                expected=exp.gpu_count,
+            )
+        )
+    else:
+        out.append(
+            _r(
+                exp,
+                "gpu.count",
+                Verdict.OK,
+                f"{len(gpus)} GPUs",
+                measured=len(gpus),
+                expected=exp.gpu_count,
+            )
+        )
+    driver = data.get("driver_version")
+    if exp.driver_version is not None:
+        if driver is None:
+            out.append(_r(exp, "gpu.driver", Verdict.UNKNOWN, "driver version not shown"))
+        else:
+            ok = driver == exp.driver_version
+            out.append(
+                _r(
+                    exp,
+                    "gpu.driver",
+                    Verdict.OK if ok else Verdict.FAIL,
+                    f"driver {driver}" + ("" if ok else f", expected {exp.driver_version}"),
+                    measured=driver,
+                    expected=exp.driver_version,
+                )
+            )
+    th = exp.thresholds
+    for i, gpu in enumerate(gpus):
+        subject = f"GPU{gpu.get('index', i)}"
+        out += _judge_one_gpu(exp, gpu, subject, th)
+    return out
+
+
+def _judge_one_gpu(
+    exp: NodeExpectation, gpu: dict[str, Any], subject: str, th: dict[str, Any]
+) -> list[CheckResult]:
+    out: list[CheckResult] = []
+    name = gpu.get("name")
+    if exp.product_name is not None and name != exp.product_name:
+        out.append(
+            _r(
+                exp,
+                "gpu.model",
+                Verdict.FAIL,
+                f"{name}, expected {exp.product_name}",
+                subject=subject,
+                measured=name,
+                expected=exp.product_name,
+            )
+        )
+    # row remapping (Ampere and later)
+    remap = gpu.get("remapped_rows") or {}
+    if remap:
+        if remap.get("failure") is True:
+            out.append(
+                _r(
+                    exp,
+                    "gpu.remap",
+                    Verdict.FAIL,
+                    "row remapping failed: replace the GPU",
+                    subject=subject,
+                    measured="failure",
+                    expected="none",
+                )
+            )
+        elif remap.get("pending") is True and (th.get("remapped_rows_pending_max") or 0) == 0:
+            out.append(
+                _r(
+                    exp,
+                    "gpu.remap",
+                    Verdict.FAIL,
+                    "row remapping pending: reset the GPU",
+                    subject=subject,
+                    measured="pending",
+                    expected="none",
+                )
+            )
+        elif remap.get("pending") is None and remap.get("failure") is None:
+            out.append(
+                _r(exp, "gpu.remap", Verdict.UNKNOWN, "remapped rows not readable", subject=subject)
+            )
+    # ECC counters, aggregate where the driver keeps them
+    ecc = gpu.get("ecc") or {}
+    counters = ecc.get("aggregate") or ecc.get("volatile") or {}
+    for key, limit_key in (
+        ("sram_uncorrectable", "sram_uncorrectable_max"),
+        ("sram_correctable", "sram_correctable_max"),
+        ("dram_correctable", "dram_correctable_max"),
+    ):
+        value = _num(counters.get(key))
+        limit = _num(th.get(limit_key))
+        if value is None or limit is None:
+            continue
+        if value > limit:
+            out.append(
+                _r(
+                    exp,
+                    f"gpu.ecc.{key}",
+                    Verdict.FAIL,
+                    f"{key} {value:g} > {limit:g}",
+                    subject=subject,
+                    measured=value,
+                    expected=limit,
+                    source=exp.sources.get(limit_key),
+                )
+            )
+    # PCIe link: judged against what the link can negotiate, not the spec sheet; the current
+    # generation drops at idle (power saving), so only the width and the max generation count
+    pcie = gpu.get("pcie") or {}
+    width, width_max = _num(pcie.get("width_current")), _num(pcie.get("width_max"))
+    if width is not None and width_max is not None and width < width_max:
+        out.append(
+            _r(
+                exp,
+                "gpu.pcie.width",
+                Verdict.FAIL,
+                f"PCIe link trained at x{width:g} of x{width_max:g}",
+                subject=subject,
+                measured=width,
+                expected=width_max,
+            )
+        )
+    gen_max = _num(pcie.get("gen_max"))
+    if gen_max is not None and exp.pcie_gen is not None and gen_max < exp.pcie_gen:
+        out.append(
+            _r(
+                exp,
+                "gpu.pcie.gen",
+                Verdict.FAIL,
+                f"PCIe link can reach Gen{gen_max:g} only; {exp.gpu_model} is Gen{exp.pcie_gen}",
+                subject=subject,
+                measured=gen_max,
+                expected=exp.pcie_gen,
+            )
+        )
+    # clocks held down by something other than idle or the software power cap
+    reasons = gpu.get("clocks_event_reasons") or {}
+    active = sorted(k for k, v in reasons.items() if v is True and k not in _BENIGN_CLOCK_REASONS)
+    if active:
+        out.append(
+            _r(
+                exp,
+                "gpu.clocks",
+                Verdict.WARN,
+                f"clocks held down: {', '.join(active)}",
+                subject=subject,
+                measured=active,
+            )
+        )
+    # NVSwitch fabric registration (Hopper and later print it)
+    fabric = gpu.get("fabric") or {}
+    if exp.fabric_manager and fabric.get("state") is not None:
+        state, status = fabric.get("state"), fabric.get("status")
+        ok = state == "Completed" and status == "Success"
+        out.append(
+            _r(
+                exp,
+                "gpu.fabric",
+                Verdict.OK if ok else Verdict.FAIL,
+                f"fabric state {state}, status {status}",
+                subject=subject,
+                measured=f"{state}/{status}",
+                expected="Completed/Success",
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------
 # Topology
 
 
@@ -573,6 +776,38 @@ def judge_dcgm(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
 _BAD_STATES = {"down", "fail", "failing", "not_responding", "no_respond"}
 
 
+def judge_nvlink_status(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    """Inactive NVLinks (`nvidia-smi nvlink -s`) on NVLink-connected GPUs."""
+    if exp.interconnect not in ("nvswitch", "nvlink", "nvlink-bridge"):
+        return []
+    result, unknown = _parsed(exp, outputs, ["nvlink"], "gpu.nvlink")
+    if result is None:
+        return unknown
+    out = list(unknown)
+    for gpu in result.data.get("gpus") or []:
+        links = gpu.get("links") or []
+        down = [str(link.get("link")) for link in links if link.get("active") is False]
+        subject = f"GPU{gpu.get('index')}"
+        if down:
+            out.append(
+                _r(
+                    exp,
+                    "gpu.nvlink",
+                    Verdict.FAIL,
+                    f"{len(down)} of {len(links)} NVLinks inactive: {', '.join(down)}",
+                    subject=subject,
+                    measured=len(links) - len(down),
+                    expected=len(links),
+                )
+            )
+    total = sum(len(g.get("links") or []) for g in result.data.get("gpus") or [])
+    if total == 0:
+        out.append(_r(exp, "gpu.nvlink", Verdict.UNKNOWN, "nvlink -s lists no links"))
+    elif not out:
+        out.append(_r(exp, "gpu.nvlink", Verdict.OK, f"all {total} NVLinks active"))
+    return out
+
+
 def judge_slurm_node(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     result, unknown = _parsed(exp, outputs, ["scontrol-node"], "slurm.state")
     if result is None:
@@ -649,10 +884,12 @@ def judge_fleet_relative(
 
 NodeJudge = Callable[[NodeExpectation, Outputs], list[CheckResult]]
 NODE_JUDGES: tuple[NodeJudge, ...] = (
+    judge_gpus,
     judge_topology,
     judge_nccl,
     judge_ib_ports,
     judge_xid,
     judge_fabric_manager,
     judge_dcgm,
+    judge_nvlink_status,
 )
