@@ -1,0 +1,227 @@
+"""Kernel log lines about GPUs: NVRM Xid events, "fallen off the bus", NVSwitch SXid events.
+
+One kind, ``xid``, for the kernel ring buffer in any of the usual shapes: ``dmesg``,
+``dmesg -T`` (ctime), ``dmesg --time-format iso``, ``dmesg --decode`` (``kern  :warn  :``
+facility/level prefix), ``dmesg -r`` (``<4>`` raw level), ``journalctl -k`` (``Mon DD HH:MM:SS
+host kernel:``, ``-o short-iso`` or the bare ``kernel:`` tag) and ``journalctl -o cat`` (no
+prefix at all). Lines that are not GPU events are ignored; a line that starts like an Xid or
+SXid line but cannot be read is a problem. Every line is looked at once (linear time).
+
+Data (docs/parse/kernel-fm.md has the full contract)::
+
+    events:          [{pci, xid, message, timestamp, pid, process, gpu}]   one per Xid line
+    fallen_off_bus:  [{pci, timestamp}]        one per GPU (PCI address), first time seen
+    sxid:            [{pci, sxid, message, severity, link, timestamp}]  NVSwitch error lines
+    counts:          {"<xid>": number of events}
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
+
+KIND = "xid"
+
+_HEX = "[0-9A-Fa-f]"
+_PCI = rf"{_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}(?:\.[0-7])?"
+
+# "NVRM: Xid (PCI:0000:19:00): 48, pid=..., name=..., message" (old drivers: no "PCI:")
+_XID = re.compile(
+    rf"NVRM: Xid \((?:PCI:)?(?P<pci>{_PCI})\): (?P<xid>\d{{1,9}})(?:, ?(?P<rest>.*))?$"
+)
+_PID_NAME = re.compile(
+    r"pid=(?P<pid>'?<unknown>'?|\d{1,12}), name=(?P<name>.*?)(?:, (?P<msg>.*))?$"
+)
+# "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link ..."
+_SXID = re.compile(rf"SXid \((?:PCI:)?(?P<pci>{_PCI})\): (?P<sxid>\d{{1,9}})(?:, ?(?P<rest>.*))?$")
+_SEVERITY = re.compile(r"(?P<sev>Non-fatal|Fatal)\b", re.IGNORECASE)
+_LINK = re.compile(r"\bLink (?P<link>\d{1,6})\b")
+# "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus." (also "GPU at PCI:0000:01:00:")
+_BUS = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?(?P<pci>{_PCI}):? .*fallen off the bus")
+_GPU_INDEX = re.compile(r"\bGPU(?P<index>\d{1,4})\b")
+
+# Line prefixes. Each entry: (regex, group holding the timestamp or None). Applied in a loop so
+# that stacked prefixes ("kern  :warn  : [Sun Feb 23 16:24:18 2025] ...") are peeled off.
+_RAW_LEVEL = re.compile(r"<\d{1,3}>")
+_DECODE = re.compile(r"[a-z]{2,8} *:[a-z]{2,7} *: ")
+_MONOTONIC = re.compile(r"\[ *(?P<ts>\d+\.\d+)\] ?")
+_CTIME = re.compile(
+    r"\[(?P<ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\] ?"
+)
+_ISO = re.compile(r"(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[,.]\d+(?:[+-]\d{2}:?\d{2}|Z)?) ")
+_JOURNAL = re.compile(
+    r"(?P<ts>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?"
+    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) \S+ kernel: "
+)
+_KERNEL_TAG = re.compile(r"kernel: ")
+
+_BANNERS = (
+    "dmesg: read kernel buffer failed",
+    "No journal files were found",
+    "No journal files were opened",
+    "Failed to get journal",
+)
+
+
+def _strip_prefix(line: str) -> tuple[str, str | None, bool]:
+    """(rest of the line, timestamp as printed or None, whether a kernel-log prefix was seen)."""
+    timestamp: str | None = None
+    seen = False
+    pos = 0
+    m = _RAW_LEVEL.match(line, pos)
+    if m:
+        pos, seen = m.end(), True
+    m = _DECODE.match(line, pos)
+    if m:
+        pos, seen = m.end(), True
+    for pattern in (_MONOTONIC, _CTIME, _ISO, _JOURNAL):
+        m = pattern.match(line, pos)
+        if m:
+            return line[m.end() :], m.group("ts"), True
+    m = _KERNEL_TAG.match(line, pos)
+    if m:
+        return line[m.end() :], None, True
+    return line[pos:], timestamp, seen
+
+
+def _bus_key(pci: str | None) -> str | None:
+    """PCI address without the function (".0"), lower case: Xid lines print no function."""
+    if pci is None:
+        return None
+    return pci.split(".", 1)[0].lower()
+
+
+def _xid_event(m: re.Match[str], timestamp: str | None) -> dict[str, Any]:
+    rest = m.group("rest")
+    pid: int | None = None
+    process: str | None = None
+    message: str | None = rest.strip() if rest is not None else None
+    if rest is not None:
+        pm = _PID_NAME.match(rest)
+        if pm:
+            pid_text = pm.group("pid")
+            pid = int(pid_text) if pid_text.isdigit() else None
+            name = pm.group("name").strip()
+            process = None if name in ("", "<unknown>", "'<unknown>'") else name
+            msg = pm.group("msg")
+            message = msg.strip() if msg is not None else None
+    if message == "":
+        message = None
+    gm = _GPU_INDEX.search(message) if message else None
+    return {
+        "pci": m.group("pci"),
+        "xid": int(m.group("xid")),
+        "message": message,
+        "timestamp": timestamp,
+        "pid": pid,
+        "process": process,
+        "gpu": int(gm.group("index")) if gm else None,
+    }
+
+
+def _sxid_event(m: re.Match[str], timestamp: str | None) -> dict[str, Any] | None:
+    """One entry per severity line; the "Data {...}" and "Severity N Engine ..." detail lines
+    that accompany it carry no severity and give None (not an entry, not a problem)."""
+    rest = (m.group("rest") or "").strip()
+    if rest.startswith(("Data {", "Data{", "Severity ")):
+        return None
+    sm = _SEVERITY.match(rest)
+    lm = _LINK.search(rest)
+    return {
+        "pci": m.group("pci"),
+        "sxid": int(m.group("sxid")),
+        "message": rest or None,
+        "severity": sm.group("sev").lower() if sm else None,
+        "link": int(lm.group("link")) if lm else None,
+        "timestamp": timestamp,
+    }
+
+
+@parser(
+    KIND,
+    description="Kernel log: NVRM Xid events, GPUs fallen off the bus, NVSwitch SXid events",
+    command=("dmesg", "--time-format", "iso"),
+)
+def parse_xid(text: str) -> ParseResult:
+    lines = clean(text).split("\n")
+    events: list[dict[str, Any]] = []
+    fallen: list[dict[str, Any]] = []
+    fallen_keys: set[str | None] = set()
+    sxid: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    problems: list[str] = []
+    prefixed = 0
+    nonblank = 0
+    unknown_prefix = 0
+    banner: str | None = None
+
+    def fell(pci: str | None, timestamp: str | None) -> None:
+        key = _bus_key(pci)
+        if key not in fallen_keys:
+            fallen_keys.add(key)
+            fallen.append({"pci": key, "timestamp": timestamp})
+
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        nonblank += 1
+        rest, timestamp, seen = _strip_prefix(line)
+        prefixed += seen
+        if banner is None and any(b in line for b in _BANNERS):
+            banner = line
+        at = rest.find("NVRM: Xid")
+        if at >= 0:
+            unknown_prefix += at > 0
+            m = _XID.search(rest, at)
+            if m is None:
+                problems.append(f"line {number}: Xid line not understood: {line[:160]!r}")
+                continue
+            event = _xid_event(m, timestamp)
+            events.append(event)
+            key = str(event["xid"])
+            counts[key] = counts.get(key, 0) + 1
+            if event["xid"] == 79 or "fallen off the bus" in (event["message"] or ""):
+                fell(event["pci"], timestamp)
+            continue
+        at = rest.find("SXid (")
+        if at >= 0:
+            m = _SXID.search(rest, at)
+            if m is None:
+                problems.append(f"line {number}: SXid line not understood: {line[:160]!r}")
+                continue
+            entry = _sxid_event(m, timestamp)
+            if entry is not None:
+                sxid.append(entry)
+            continue
+        if "fallen off the bus" in rest and "NVRM" in rest:
+            m = _BUS.search(rest)
+            if m is None:
+                problems.append(f"line {number}: 'fallen off the bus' without a PCI address")
+                fell(None, timestamp)
+            else:
+                fell(m.group("pci"), timestamp)
+
+    if unknown_prefix:
+        problems.append(
+            f"{unknown_prefix} Xid line(s) have a prefix that is not a known timestamp format"
+            " (timestamp null)"
+        )
+    data = {"events": events, "fallen_off_bus": fallen, "sxid": sxid, "counts": counts}
+    if events or fallen or sxid:
+        return ParseResult(KIND, True, data, tuple(problems))
+    if problems:  # only unreadable Xid/SXid lines: it is a kernel log, but nothing was read
+        return ParseResult(KIND, True, data, tuple(problems))
+    if nonblank == 0:
+        return unrecognised(KIND, "empty input")
+    if any(raw.strip() == "-- No entries --" for raw in lines):
+        return unrecognised(KIND, "the journal has no entries ('-- No entries --')")
+    if banner is not None and prefixed * 2 < nonblank:
+        return unrecognised(KIND, f"no kernel log, only an error message: {banner[:160]!r}")
+    if prefixed and prefixed * 2 >= nonblank:
+        return ParseResult(KIND, True, data, ())
+    return unrecognised(
+        KIND, "no Xid/SXid lines and the text does not look like a kernel log (dmesg/journal)"
+    )
