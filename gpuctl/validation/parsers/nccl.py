@@ -1,0 +1,320 @@
+"""nccl-tests output (``all_reduce_perf``, ``all_gather_perf``, ``alltoall_perf`` ...).
+
+One parser, ``nccl``, for every nccl-tests binary: the per-size result table, the
+``# Out of bounds values`` / ``# Avg bus bandwidth`` trailer, the ``#  Rank ...`` device list and
+the header lines, in both table formats (older ``error`` column with the maximum float error,
+newer ``#wrong`` column with a count of wrong elements, with or without ``root``). Launcher
+prefixes (``srun -l``'s ``N: `` and Open MPI ``--tag-output``'s ``[1,0]<stdout>:``) are removed
+first. Lines that are not nccl-tests output (``NCCL INFO`` debug lines, MPI chatter) are skipped.
+
+Data shape (docs/parse/nccl-perftest.md)::
+
+    test: str | None            # "all_reduce_perf" when the output names it, else None
+    nccl_tests_version: str | None
+    nccl_version: str | None    # from "NCCL version 2.16.2+cuda11.6"
+    params: {n_thread, n_gpus, min_bytes, max_bytes, step, warmup_iters, iters, agg_iters,
+             validation, graph} | None   # from the "# nThread ..." line
+    ranks: [{rank, group, pid, host, device, busid, name}]
+    rows: [{size, count, type, redop, root, out_of_place: SIDE, in_place: SIDE}]
+        SIDE = {time_us, algbw, busbw, wrong, error}
+    error_column: "wrong" | "error" | None
+    out_of_bounds: int | None
+    out_of_bounds_ok: bool | None
+    avg_busbw: float | None     # GB/s, from "# Avg bus bandwidth"; never computed
+    concluded: bool             # "# Collective test concluded" seen
+    errors: [str]               # failure lines (verbatim, stripped)
+    warnings: [str]             # "NCCL WARN" lines
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from gpuctl.validation.parsing import ParseResult, clean, number, parser
+
+KIND = "nccl"
+
+# srun -l ("0: ", "12: ") and Open MPI --tag-output ("[1,0]<stdout>:") prefixes
+_PREFIX = re.compile(r"^\s*(?:\d+: |\[\d+,\d+\]<std(?:out|err)>:\s?)")
+_TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
+_STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+_CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
+_NTHREAD = re.compile(r"^#\s*nThread\s+\d+")
+_NCCL_VERSION = re.compile(r"\bNCCL version\s+(\S+)")
+_RANK = re.compile(
+    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+    r"\s+\[([^\]]*)\]\s*(.*?)\s*$"
+)
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\S+)\s*(OK|FAILED)?", re.IGNORECASE)
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S*)")
+_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_DIGITS = re.compile(r"\d+")
+_PLACEHOLDER = re.compile(r"^\{[^{}]*\}$")
+_BINARY = re.compile(
+    r"(?<![A-Za-z0-9])((?:all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|"
+    r"sendrecv|scatter|gather|hypercube)_perf)(?![A-Za-z0-9])"
+)
+_PARAMS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("n_thread", re.compile(r"\bnThread\s+(\S+)")),
+    ("n_gpus", re.compile(r"\bnGpus\s+(\S+)")),
+    ("min_bytes", re.compile(r"\bminBytes\s+(\S+)")),
+    ("max_bytes", re.compile(r"\bmaxBytes\s+(\S+)")),
+    ("step", re.compile(r"\bstep:\s*(\S+)")),
+    ("warmup_iters", re.compile(r"\bwarmup iters:\s*(\S+)")),
+    ("iters", re.compile(r"(?<!warmup )(?<!agg )\biters:\s*(\S+)")),
+    ("agg_iters", re.compile(r"\bagg iters:\s*(\S+)")),
+    ("validation", re.compile(r"\bvalidation:\s*(\S+)")),
+    ("graph", re.compile(r"\bgraph:\s*(\S+)")),
+)
+_FAILURES = re.compile(
+    r"Test NCCL failure|Test CUDA failure|\bTest failure\b|NCCL ERROR|"
+    r"There are not enough slots available|mpirun noticed that process|MPI_ABORT was invoked|"
+    r"exited on signal|Segmentation fault|Bus error|srun: error|"
+    r"error while loading shared libraries|ORTE has lost communication|"
+    r"mpirun was unable to|Primary job\s+terminated normally, but",
+    re.IGNORECASE,
+)
+_WARN = re.compile(r"\bNCCL WARN\b")
+
+
+def _num(value: str | None) -> int | float | None:
+    """``number`` without the non-finite floats a 400-digit string would give."""
+    out = number(value)
+    return None if isinstance(out, float) and not math.isfinite(out) else out
+
+
+def _side(tokens: list[str], error_column: str | None) -> dict[str, Any]:
+    """time algbw busbw wrong|error -> one half of a result row."""
+    value = _num(tokens[3])
+    column = error_column
+    if column is None:  # no header: an integer is a #wrong count, a float the old error
+        token = tokens[3]
+        column = "wrong" if _DIGITS.fullmatch(token) else "error" if value is not None else None
+    return {
+        "time_us": _num(tokens[0]),
+        "algbw": _num(tokens[1]),
+        "busbw": _num(tokens[2]),
+        "wrong": value if column == "wrong" else None,
+        "error": value if column == "error" else None,
+    }
+
+
+def _row(tokens: list[str], error_column: str | None) -> dict[str, Any] | None:
+    """One table line, or None when it is not a result row of nccl-tests."""
+    if not 11 <= len(tokens) <= 13:
+        return None
+    if not (_DIGITS.fullmatch(tokens[0]) and _DIGITS.fullmatch(tokens[1])):
+        return None
+    if not _TYPE.fullmatch(tokens[2]):
+        return None
+    middle = tokens[3:-8]
+    redop: str | None = None
+    root: int | float | None = None
+    if len(middle) == 2:
+        redop, root = middle[0], _num(middle[1])
+        if root is None or not _TYPE.fullmatch(redop):
+            return None
+    elif len(middle) == 1:
+        if _TYPE.fullmatch(middle[0]):
+            redop = middle[0]
+        else:
+            root = _num(middle[0])
+            if root is None:
+                return None
+    return {
+        "size": int(tokens[0]),
+        "count": int(tokens[1]),
+        "type": tokens[2],
+        "redop": redop,
+        "root": root,
+        "out_of_place": _side(tokens[-8:-4], error_column),
+        "in_place": _side(tokens[-4:], error_column),
+    }
+
+
+def _params(line: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, pattern in _PARAMS:
+        m = pattern.search(line)
+        if m is None:
+            out[key] = None
+        elif key == "step":
+            out[key] = m.group(1)
+        else:
+            out[key] = _num(m.group(1))
+    return out
+
+
+def _is_table_header(line: str) -> bool:
+    words = line.lstrip("#").split()
+    return all(w in words for w in ("size", "count", "type", "time", "algbw", "busbw"))
+
+
+@parser(
+    KIND,
+    description="nccl-tests (all_reduce_perf, all_gather_perf, ...): per-size table and trailer",
+    command=("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
+)
+def parse_nccl(text: str) -> ParseResult:
+    data: dict[str, Any] = {
+        "test": None,
+        "nccl_tests_version": None,
+        "nccl_version": None,
+        "params": None,
+        "ranks": [],
+        "rows": [],
+        "error_column": None,
+        "out_of_bounds": None,
+        "out_of_bounds_ok": None,
+        "avg_busbw": None,
+        "concluded": False,
+        "errors": [],
+        "warnings": [],
+    }
+    problems: list[str] = []
+    if not text.strip():
+        return ParseResult(KIND, False, data, ("empty input",))
+
+    named_test: str | None = None  # from "# Collective test starting"
+    mentioned_test: str | None = None  # a binary named anywhere else (e.g. in an MPI banner)
+    tables = 0
+    seen_trailer_oob = False
+    seen_trailer_avg = False
+    bad_rows: list[str] = []
+    placeholders: list[str] = []
+    nthread_lines = 0
+
+    for raw in clean(text).split("\n"):
+        line = _PREFIX.sub("", raw, count=1)
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if mentioned_test is None and (m := _BINARY.search(stripped)) is not None:
+            mentioned_test = m.group(1)
+        if stripped.startswith("#"):
+            if m := _TESTS_VERSION.match(stripped):
+                data["nccl_tests_version"] = m.group(1)
+            elif m := _STARTING.match(stripped):
+                named_test = named_test or m.group(1)
+            elif m := _CONCLUDED.match(stripped):
+                data["concluded"] = True
+                named_test = named_test or m.group(1)
+            elif _NTHREAD.match(stripped):
+                nthread_lines += 1
+                if data["params"] is None:
+                    data["params"] = _params(stripped)
+            elif m := _RANK.match(stripped):
+                host: str | None = m.group(4)
+                if host is not None and _PLACEHOLDER.match(host):
+                    if host not in placeholders:
+                        placeholders.append(host)
+                    host = None
+                data["ranks"].append(
+                    {
+                        "rank": int(m.group(1)),
+                        "group": int(m.group(2)) if m.group(2) is not None else None,
+                        "pid": int(m.group(3)),
+                        "host": host,
+                        "device": int(m.group(5)),
+                        "busid": m.group(6).strip() or None,
+                        "name": m.group(7) or None,
+                    }
+                )
+            elif _is_table_header(stripped):
+                tables += 1
+                column = (
+                    "wrong" if "#wrong" in stripped else "error" if "error" in stripped else None
+                )
+                if data["error_column"] is None:
+                    data["error_column"] = column
+            elif m := _OOB.match(stripped):
+                seen_trailer_oob = True
+                data["out_of_bounds"] = _num(m.group(1))
+                status = (m.group(2) or "").upper()
+                data["out_of_bounds_ok"] = True if status == "OK" else False if status else None
+                if data["out_of_bounds"] is None:
+                    problems.append(f"'Out of bounds values' is not a number: {m.group(1)!r}")
+                if status == "FAILED":
+                    data["errors"].append(stripped)
+            elif m := _AVG.match(stripped):
+                seen_trailer_avg = True
+                value = _num(m.group(1))
+                if value is None:
+                    problems.append(f"'Avg bus bandwidth' is not a number: {m.group(1)!r}")
+                else:
+                    data["avg_busbw"] = float(value)
+            continue
+        if m := _NCCL_VERSION.search(stripped):
+            data["nccl_version"] = data["nccl_version"] or m.group(1)
+            continue
+        if _WARN.search(stripped):
+            data["warnings"].append(stripped)
+            continue
+        if _FAILURES.search(stripped):
+            data["errors"].append(stripped)
+            continue
+        if stripped[0].isdigit():
+            row = _row(stripped.split(), data["error_column"])
+            if row is None:
+                bad_rows.append(stripped)
+                continue
+            data["rows"].append(row)
+            if any(
+                isinstance(side["wrong"], int | float) and side["wrong"] > 0
+                for side in (row["out_of_place"], row["in_place"])
+            ):
+                data["errors"].append(stripped)
+
+    data["test"] = named_test or mentioned_test
+    recognised = bool(
+        data["rows"]
+        or tables
+        or data["ranks"]
+        or nthread_lines
+        or seen_trailer_avg
+        or seen_trailer_oob
+        or named_test
+    )
+    if not recognised:
+        if data["errors"]:
+            reason = "no nccl-tests output, only failure lines: " + data["errors"][0][:120]
+        else:
+            reason = "no nccl-tests output (no header, device list, result table or trailer)"
+        return ParseResult(KIND, False, data, (reason,))
+
+    if bad_rows:
+        problems.append(
+            f"{len(bad_rows)} table line(s) not understood, first: {bad_rows[0][:120]!r}"
+        )
+    if tables > 1 or nthread_lines > 1:
+        problems.append(
+            f"{max(tables, nthread_lines)} runs in one output: their rows are listed in order"
+        )
+    if data["rows"] and not tables:
+        problems.append("no column header line: the error column was read from the values")
+    if not data["rows"]:
+        problems.append("no result rows (the run stopped before the first size, or cut short)")
+    if not seen_trailer_oob and not seen_trailer_avg:
+        problems.append(
+            "no trailer ('# Out of bounds values', '# Avg bus bandwidth'): output cut short "
+            "or an excerpt"
+        )
+    elif not seen_trailer_avg:
+        problems.append("no '# Avg bus bandwidth' line: output cut short or an excerpt")
+    elif not seen_trailer_oob:
+        problems.append("no '# Out of bounds values' line: output cut short or an excerpt")
+    ranks = [r["rank"] for r in data["ranks"]]
+    if not ranks:
+        problems.append("no device list ('#  Rank ...' lines): ranks, hosts and GPUs unknown")
+    elif sorted(ranks) != list(range(len(ranks))):
+        problems.append(
+            f"device list is partial: {len(ranks)} '#  Rank' line(s), ranks {min(ranks)}.."
+            f"{max(ranks)}"
+        )
+    if placeholders:
+        problems.append(
+            "host names are placeholders (" + ", ".join(placeholders) + "): host set to None"
+        )
+    return ParseResult(KIND, True, data, tuple(problems))

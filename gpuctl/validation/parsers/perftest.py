@@ -1,0 +1,310 @@
+"""perftest output (``ib_write_bw``, ``ib_read_bw``, ``ib_send_bw``, ``ib_*_lat`` ...).
+
+One parser, ``perftest``, for the bandwidth and latency tests of linux-rdma/perftest, server or
+client side. One text can hold several runs (a loopback log with the client's and the server's
+output one after the other): the text is split into blocks, each starting at a test title
+(``RDMA_Write BW Test``) or at the server's ``* Waiting for client to connect... *`` banner.
+
+Data shape (docs/parse/nccl-perftest.md)::
+
+    test, role, bw_unit, time_unit, device, link_type, rows, errors, warnings, settings
+        # those of the first block that has a result row (else of the first block)
+    blocks: [{test, role, bw_unit, time_unit, device, link_type, rows, errors, warnings,
+              settings}]
+
+    rows (bandwidth): {bytes, iterations, bw_peak, bw_average, msg_rate} (+ sl, bw_port1,
+        msg_rate_port1, bw_port2, msg_rate_port2, cpu_util when those columns are printed)
+    rows (latency): {bytes, iterations, t_min, t_max, t_typical, t_avg, t_stdev, p99, p99_9}
+        (+ tps_average in duration mode)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuctl.validation.parsing import ParseResult, clean, number, parser
+
+KIND = "perftest"
+
+_TITLE = re.compile(r"^\s*([A-Za-z][\w]*(?: [\w]+)*? (?:BW|Latency)(?: Multicast)? Test)\s*$")
+_BANNER = re.compile(r"^\s*\*\s*Waiting for client to connect\.*\s*\*\s*$")
+_SERVER_CM = re.compile(r"Waiting for client rdma_cm QP to connect|Please run the same command")
+_SEPARATOR = re.compile(r"^\s*(?:-{5,}|\*{5,})\s*$")
+_ADDRESS = re.compile(r"^\s*(?:local|remote) address\s*:", re.IGNORECASE)
+_GID = re.compile(r"^\s*GID\s*:", re.IGNORECASE)
+_PAIR = r"([A-Za-z][\w.*/()-]*(?: [\w.*/()-]+)*)\s*:\s*(\S+)"
+_KV_LINE = re.compile(rf"^\s*{_PAIR}(?:\s+{_PAIR})?\s*$")
+_COLUMN = re.compile(
+    r"#bytes|#sl|#iterations|BW peak\[[^\]]*\]|BW average\[[^\]]*\]|"
+    r"MsgRate(?: Port[12])?\[[^\]]*\]|BW Port[12]\[[^\]]*\]|CPU_Util\[[^\]]*\]|"
+    r"t_(?:min|max|typical|avg|stdev)\[[^\]]*\]|99\.9% percentile\[[^\]]*\]|"
+    r"99% percentile\[[^\]]*\]|tps average"
+)
+_UNIT = re.compile(r"\[([^\]]*)\]")
+_WARNING = re.compile(
+    r"\bwarning\b|conflicting cpu frequency|cpu frequency is not max|requested mtu is higher|"
+    r"falling back|changing to this mtu|max msg size in ud|might be too big|"
+    r"current tx depth is|disabling|inline size set to",
+    re.IGNORECASE,
+)
+_ERROR = re.compile(
+    r"couldn'?t|could not|unable to|\bfailed\b|failure|\berror\b|not found|no (?:ib|rdma) devices|"
+    r"cannot|can'?t|invalid|mismatch|timed out|timeout|segmentation fault|aborted|refused|"
+    r"unreachable|\bfatal\b|syndrom|state is down|\bnot supported\b",
+    re.IGNORECASE,
+)
+
+_BW_KEYS = ("bytes", "iterations", "bw_peak", "bw_average", "msg_rate")
+_LAT_KEYS = (
+    "bytes",
+    "iterations",
+    "t_min",
+    "t_max",
+    "t_typical",
+    "t_avg",
+    "t_stdev",
+    "p99",
+    "p99_9",
+)
+
+
+def _num(value: str | None) -> int | float | None:
+    """``number`` without the non-finite floats a 400-digit string would give."""
+    out = number(value)
+    return None if isinstance(out, float) and not math.isfinite(out) else out
+
+
+def _column_key(name: str) -> str:
+    if name.startswith("#"):
+        return name[1:]
+    if name.startswith("BW peak"):
+        return "bw_peak"
+    if name.startswith("BW average"):
+        return "bw_average"
+    if name.startswith("MsgRate Port"):
+        return "msg_rate_port" + name[len("MsgRate Port")]
+    if name.startswith("MsgRate"):
+        return "msg_rate"
+    if name.startswith("BW Port"):
+        return "bw_port" + name[len("BW Port")]
+    if name.startswith("CPU_Util"):
+        return "cpu_util"
+    if name.startswith("99.9%"):
+        return "p99_9"
+    if name.startswith("99%"):
+        return "p99"
+    if name == "tps average":
+        return "tps_average"
+    return name.split("[", 1)[0]  # t_min ...
+
+
+@dataclass
+class _Block:
+    test: str | None = None
+    server_signs: bool = False
+    columns: list[str] = field(default_factory=list)
+    bw_unit: str | None = None
+    time_unit: str | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    settings: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    bad_rows: list[str] = field(default_factory=list)
+    orphan_rows: int = 0
+    peak_not_measured: int = 0
+
+    def started(self) -> bool:
+        return self.test is not None or bool(self.rows) or bool(self.columns)
+
+    def empty(self) -> bool:
+        return not (
+            self.started() or self.server_signs or self.settings or self.errors or self.warnings
+        )
+
+    def role(self) -> str:
+        if self.server_signs:
+            return "server"
+        if self.test is not None and "Bidirectional" not in self.test:
+            # perftest prints "TX depth" only on the client (or both sides when bidirectional)
+            # and "RX depth" only on the receiving server of Send tests
+            if "TX depth" in self.settings:
+                return "client"
+            if "RX depth" in self.settings:
+                return "server"
+        return "unknown"
+
+    def header(self, line: str) -> None:
+        names = _COLUMN.findall(line)
+        self.columns = [_column_key(n) for n in names]
+        for name in names:
+            unit = _UNIT.search(name)
+            if unit is None:
+                continue
+            if name.startswith("BW ") and self.bw_unit is None:
+                self.bw_unit = unit.group(1)
+            elif name.startswith("t_") and self.time_unit is None:
+                self.time_unit = unit.group(1)
+
+    def row(self, tokens: list[str]) -> None:
+        values = [_num(t) for t in tokens]
+        if len(values) != len(self.columns) or any(v is None for v in values):
+            self.bad_rows.append(" ".join(tokens))
+            return
+        got = dict(zip(self.columns, values, strict=True))
+        base = _LAT_KEYS if self.time_unit is not None else _BW_KEYS
+        row: dict[str, Any] = {key: got.get(key) for key in base}
+        row.update({k: v for k, v in got.items() if k not in row})
+        peak, avg = row.get("bw_peak"), row.get("bw_average")
+        if peak == 0 and isinstance(avg, int | float) and avg > 0:
+            # 0.00 is what perftest prints when it did not measure the peak (duration or
+            # run_infinitely mode, --noPeak, the server side of a Send test): not a value
+            row["bw_peak"] = None
+            self.peak_not_measured += 1
+        self.rows.append(row)
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            "role": self.role(),
+            "bw_unit": self.bw_unit,
+            "time_unit": self.time_unit,
+            "device": self.settings.get("Device"),
+            "link_type": self.settings.get("Link type"),
+            "rows": self.rows,
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "settings": self.settings,
+        }
+
+    def problems(self) -> list[str]:
+        out: list[str] = []
+        if self.orphan_rows:
+            out.append(f"{self.orphan_rows} result-like line(s) before any column header: skipped")
+        if self.bad_rows:
+            out.append(
+                f"{len(self.bad_rows)} result line(s) do not fit the {len(self.columns)} "
+                f"columns, first: {self.bad_rows[0][:100]!r}"
+            )
+        if self.rows and self.test is None:
+            out.append("no test header: test name, device and link type unknown (excerpt?)")
+        if not self.rows:
+            if self.columns:
+                out.append("column header but no result row (output cut short or test failed)")
+            elif self.test is not None:
+                out.append("no result table (output cut short or test failed)")
+            elif self.server_signs:
+                out.append("server output ends before the test header (no client connected?)")
+        if self.peak_not_measured:
+            out.append(
+                f"BW peak printed as 0.00 with a non-zero average in {self.peak_not_measured} "
+                "row(s): not measured (duration/run_infinitely, --noPeak or server side), "
+                "bw_peak set to None"
+            )
+        if self.unknown:
+            out.append(
+                f"{len(self.unknown)} line(s) not understood, first: {self.unknown[0][:100]!r}"
+            )
+        return out
+
+
+def _classify(block: _Block, line: str) -> None:
+    """Everything that neither starts a block nor is a separator."""
+    stripped = line.strip()
+    if "#bytes" in stripped:
+        block.header(stripped)
+        return
+    tokens = stripped.split()
+    if tokens and tokens[0][:1].isdigit() and all(_num(t) is not None for t in tokens):
+        if block.columns:
+            block.row(tokens)
+        else:
+            block.orphan_rows += 1
+        return
+    if _SERVER_CM.search(stripped):
+        block.server_signs = True
+        return
+    if _WARNING.search(stripped):
+        block.warnings.append(stripped)
+        return
+    if _ERROR.search(stripped):
+        block.errors.append(stripped)
+        return
+    if _ADDRESS.match(stripped) or _GID.match(stripped):
+        return
+    if m := _KV_LINE.match(line):
+        for key, value in ((m.group(1), m.group(2)), (m.group(3), m.group(4))):
+            if key is not None and value is not None:
+                block.settings.setdefault(key.strip(), value)
+        return
+    block.unknown.append(stripped)
+
+
+_BLOCK_STARTER = re.compile(r"BW peak won't be measured", re.IGNORECASE)
+
+
+@parser(
+    KIND,
+    description="perftest ib_write_bw/ib_read_bw/ib_send_bw and *_lat: result rows per block",
+    command=("ib_write_bw", "--report_gbits", "<server>"),
+)
+def parse_perftest(text: str) -> ParseResult:
+    empty: dict[str, Any] = {
+        "test": None,
+        "role": "unknown",
+        "bw_unit": None,
+        "time_unit": None,
+        "device": None,
+        "link_type": None,
+        "rows": [],
+        "errors": [],
+        "warnings": [],
+        "settings": {},
+        "blocks": [],
+    }
+    if not text.strip():
+        return ParseResult(KIND, False, empty, ("empty input",))
+
+    blocks: list[_Block] = [_Block()]
+    for line in clean(text).split("\n"):
+        stripped = line.strip()
+        if not stripped or _SEPARATOR.match(stripped):
+            continue
+        block = blocks[-1]
+        if m := _TITLE.match(line):
+            if block.started():
+                blocks.append(block := _Block())
+            block.test = m.group(1)
+            continue
+        if _BANNER.match(line):
+            if block.started():
+                blocks.append(block := _Block())
+            block.server_signs = True
+            continue
+        if _BLOCK_STARTER.search(stripped) and block.started():
+            blocks.append(block := _Block())
+        _classify(block, line)
+
+    blocks = [b for b in blocks if not b.empty()]
+    recognised = any(b.started() or b.server_signs for b in blocks)
+    parsed = [b.data() for b in blocks]
+    top = next((d for d in parsed if d["rows"]), parsed[0] if parsed else None)
+    data = dict(empty) if top is None else {**top, "blocks": parsed}
+    if not recognised:
+        errors = [e for b in blocks for e in b.errors]
+        data["errors"] = errors
+        reason = (
+            "no perftest output, only failure lines: " + errors[0][:120]
+            if errors
+            else "no perftest output (no test title, result table or server banner)"
+        )
+        return ParseResult(KIND, False, data, (reason,))
+
+    problems: list[str] = []
+    for index, block in enumerate(blocks):
+        prefix = f"block {index + 1} ({block.role()}): " if len(blocks) > 1 else ""
+        problems += [prefix + p for p in block.problems()]
+    return ParseResult(KIND, True, data, tuple(problems))
