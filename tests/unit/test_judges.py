@@ -1,0 +1,180 @@
+"""Judges on real tool outputs (tests/fixtures): the verdicts an operator would give by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from gpuctl.config import load_cluster
+from gpuctl.validation.expect import ExpectedNic, NodeExpectation, expectations
+from gpuctl.validation.judges import (
+    ProbeOutput,
+    judge_fabric_manager,
+    judge_fleet_relative,
+    judge_ib_write_bw,
+    judge_nccl,
+    judge_topology,
+    judge_xid,
+)
+from gpuctl.validation.results import CheckResult, Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
+
+
+def body(rel: str) -> str:
+    lines = (FIX / rel).read_bytes().decode("utf-8").splitlines(keepends=True)
+    end = next(i for i, line in enumerate(lines) if line.rstrip("\r\n") == "# ---")
+    return "".join(lines[end + 1 :])
+
+
+def out(kind: str, rel: str, **kw: object) -> dict[str, ProbeOutput]:
+    return {kind: ProbeOutput(kind, body(rel), **kw)}  # type: ignore[arg-type]
+
+
+def h100() -> NodeExpectation:
+    """gpu001 of the HGX H100 example, as cluster.yml describes it."""
+    return expectations(load_cluster(ROOT / "inventories" / "hgx-h100-ndr.yml"))["gpu001"]
+
+
+def a100() -> NodeExpectation:
+    return expectations(load_cluster(ROOT / "inventories" / "a100-roce.yml"))["gpu001"]
+
+
+def verdicts(results: list[CheckResult], check: str) -> list[Verdict]:
+    return [r.verdict for r in results if r.check == check]
+
+
+def test_expectations_from_cluster_yml() -> None:
+    exp = h100()
+    assert (exp.gpu_count, exp.nvlink_token, exp.fabric_manager) == (8, "NV18", True)
+    assert exp.product_name == "NVIDIA H100 80GB HBM3"
+    assert [n.device for n in exp.nics] == [f"mlx5_{i}" for i in range(8)]
+    assert exp.thresholds["nccl_all_reduce_busbw_gbs"] == 470  # the group's override
+    assert exp.thresholds["ib_write_bw_gbps"] == 375
+
+
+def test_h100_topology_with_nv18_everywhere_passes() -> None:
+    res = judge_topology(
+        h100(), out("topo", "topo/nvsmi-topo-m-h100-8gpu-6nic-blank-cpuaffinity.txt")
+    )
+    assert verdicts(res, "topology.nvlink") == [Verdict.OK]
+    assert verdicts(res, "topology.gpus") == []
+
+
+def test_a100_nv12_matrix_fails_an_nv18_expectation_on_every_pair() -> None:
+    res = judge_topology(
+        h100(), out("topo", "topo/nvsmi-topo-m-a100-40gb-8gpu-azure-ndv4-blank-nic-names-ansi.txt")
+    )
+    bad = [r for r in res if r.check == "topology.nvlink"]
+    assert len(bad) == 28  # 8 GPUs: 28 unordered pairs, each NV12 < NV18
+    assert all(r.verdict is Verdict.FAIL and r.measured == "NV12" for r in bad)
+    assert bad[0].subject == "GPU0-GPU1"
+
+
+def test_a100_nv12_matrix_passes_its_own_expectation() -> None:
+    exp = dataclasses.replace(a100(), nics=())
+    res = judge_topology(
+        exp, out("topo", "topo/nvsmi-topo-m-a100-40gb-8gpu-azure-ndv4-blank-nic-names-ansi.txt")
+    )
+    assert verdicts(res, "topology.nvlink") == [Verdict.OK]
+
+
+def test_nccl_busbw_against_the_model_threshold() -> None:
+    rel = "nccl-tests/all-reduce-perf-a100-sxm4-40gb-8gpu-with-nccl-info-line.txt"
+    ok = judge_nccl(a100(), out("nccl", rel))
+    [busbw] = [r for r in ok if r.check == "nccl.busbw"]
+    assert busbw.verdict is Verdict.OK
+    assert busbw.expected == 228
+    assert busbw.measured > 228
+    slow = judge_nccl(h100(), out("nccl", rel))
+    assert verdicts(slow, "nccl.busbw") == [Verdict.FAIL]
+
+
+def test_nccl_wrong_results_fail_whatever_the_bandwidth() -> None:
+    rel = "nccl-tests/all-reduce-perf-gh200-4node-16rank-nccl-tests2.17.9-wrong-nonzero.txt"
+    res = judge_nccl(h100(), out("nccl", rel))
+    assert Verdict.FAIL in verdicts(res, "nccl.wrong")
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "nccl-tests/openmpi-not-enough-slots-all-reduce-perf.txt",
+        "nccl-tests/test-nccl-failure-unhandled-cuda-error-2lines-rtx4090.txt",
+    ],
+)
+def test_nccl_launch_failures_are_never_a_pass(rel: str) -> None:
+    res = judge_nccl(h100(), out("nccl", rel))
+    assert res
+    assert all(r.verdict in (Verdict.FAIL, Verdict.UNKNOWN) for r in res)
+
+
+def test_probe_that_timed_out_or_did_not_run_is_unknown() -> None:
+    exp = h100()
+    rel = "nccl-tests/all-reduce-perf-a100-sxm4-40gb-8gpu-with-nccl-info-line.txt"
+    res = judge_nccl(exp, out("nccl", rel, timed_out=True))
+    assert [(r.check, r.verdict) for r in res] == [("nccl.busbw", Verdict.UNKNOWN)]
+    assert "timed out" in res[0].message
+    assert judge_nccl(exp, {})[0].verdict is Verdict.UNKNOWN
+    res = judge_nccl(exp, {"nccl": ProbeOutput("nccl", None, error="ssh: unreachable")})
+    assert res[0].verdict is Verdict.UNKNOWN
+    res = judge_nccl(exp, out("nccl", rel, rc=1))
+    assert Verdict.UNKNOWN in verdicts(res, "nccl.busbw")  # an error exit is never a clean pass
+
+
+def test_xid_ladder_from_data() -> None:
+    res = judge_xid(h100(), out("xid", "kernel-xid/dmesg-iso-xid-48-63-94-dbe-row-remap.txt"))
+    by_xid = {r.measured: r for r in res if r.check == "xid"}
+    assert by_xid[48].verdict is Verdict.FAIL  # double-bit ECC: reset
+    assert by_xid[63].verdict is Verdict.FAIL  # row remapping event (Azure list)
+    assert by_xid[94].verdict is Verdict.WARN  # contained error: monitor
+    assert "x9" in by_xid[94].message
+
+
+def test_fallen_off_the_bus_fails() -> None:
+    res = judge_xid(h100(), out("xid", "kernel-xid/xid-79-fallen-off-bus-single-line.txt"))
+    assert verdicts(res, "xid.fallen_off_bus") == [Verdict.FAIL]
+    assert verdicts(res, "xid") == [Verdict.FAIL]
+
+
+def test_fabric_manager_running_and_failed() -> None:
+    rel = "fabric-manager/systemctl-status-fabricmanager-active-running-h100-rhel-ai.txt"
+    assert verdicts(
+        judge_fabric_manager(h100(), out("fabricmanager", rel)), "fabricmanager.active"
+    ) == [Verdict.OK]
+    rel = "fabric-manager/systemctl-restart-fabricmanager-failed-plus-journal-h20.txt"
+    res = judge_fabric_manager(h100(), out("fabricmanager", rel))
+    assert all(r.verdict in (Verdict.FAIL, Verdict.UNKNOWN) for r in res)
+    assert [r.verdict for r in judge_fabric_manager(h100(), {})] == [Verdict.UNKNOWN]
+    l40s = expectations(load_cluster(ROOT / "inventories" / "l40s-pcie.yml"))["gpu001"]
+    assert judge_fabric_manager(l40s, {}) == []  # no NVSwitch, no Fabric Manager to judge
+
+
+def test_ib_write_bw_gbits_against_the_roce_floor() -> None:
+    exp = dataclasses.replace(
+        a100(),
+        nics=(ExpectedNic("mlx5_0", "roce", "roce", 100),),
+        thresholds={**a100().thresholds, "ib_write_bw_gbps": 90.0},
+    )
+    rel = "perftest/ib-write-bw-roce-100g-rdma-cm-cpu-freq-warning-client.txt"
+    res = judge_ib_write_bw(exp, {"mlx5_0": ProbeOutput("perftest", body(rel))})
+    [r] = res
+    assert r.verdict is Verdict.OK
+    assert r.measured == pytest.approx(92.40)
+    assert r.percent_of_limit == pytest.approx(92.4)
+    missing = judge_ib_write_bw(exp, {})
+    assert [x.verdict for x in missing] == [Verdict.UNKNOWN]
+
+
+def test_fleet_relative_flags_the_slow_node() -> None:
+    def r(node: str, v: float) -> CheckResult:
+        return CheckResult("nccl.busbw", node, Verdict.OK, "x", measured=v)
+
+    res = judge_fleet_relative(
+        [r("a", 480), r("b", 478), r("c", 481), r("d", 400)], "nccl.busbw", 0.95
+    )
+    assert [(x.node, x.verdict) for x in res] == [("d", Verdict.FAIL)]
+    assert judge_fleet_relative([r("a", 480), r("b", 100)], "nccl.busbw", 0.95) == []
