@@ -11,7 +11,7 @@ import dataclasses
 import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -30,6 +30,13 @@ class ProbeOutput:
     rc: int | None = 0
     timed_out: bool = False
     error: str | None = None  # could not run (unreachable, command missing, ...)
+    _parsed: dict[str, ParseResult] = field(default_factory=dict, repr=False, compare=False)
+
+    def parse_as(self, kind: str) -> ParseResult:
+        """Parse the text once per kind (several judges read the same output)."""
+        if kind not in self._parsed:
+            self._parsed[kind] = parse(kind, self.text or "")
+        return self._parsed[kind]
 
     def failure(self) -> str | None:
         """Why this output cannot be trusted, or None."""
@@ -62,8 +69,7 @@ def _parsed(
         if why is not None:
             reasons.append(f"{kind}: {why}")
             continue
-        assert out.text is not None  # noqa: S101 - failure() checked it
-        result = parse(kind, out.text)
+        result = out.parse_as(kind)
         if not result.recognised:
             reasons.append(f"{kind}: output not recognised ({'; '.join(result.problems)[:200]})")
             continue

@@ -10,6 +10,7 @@ table); the CLI then exits 1.
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 import re
 from collections.abc import Callable, Mapping
@@ -114,10 +115,13 @@ def number(value: str | None) -> int | float | None:
     if value is None:
         return None
     text = value.strip()
+    if len(text) > 40:  # no tool prints such numbers; huge ones would overflow or become inf
+        return None
     if re.fullmatch(r"[-+]?\d+", text):
         return int(text)
     if re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?", text):
-        return float(text)
+        result = float(text)
+        return result if math.isfinite(result) else None
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,6 @@ from gpuctl.validation.judges import (
     judge_fleet_relative,
     judge_ib_write_bw,
 )
-from gpuctl.validation.parsing import parse
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 
 
@@ -83,7 +83,11 @@ def judge_node(exp: NodeExpectation, bundle: NodeBundle) -> list[CheckResult]:
                 message=f"not checked: {bundle.unreachable}",
             )
         ]
-    results: list[CheckResult] = []
+    results: list[CheckResult] = [
+        CheckResult(
+            check="node.reachable", node=exp.node, verdict=Verdict.OK, message="outputs collected"
+        )
+    ]
     for judge in NODE_JUDGES:
         results += judge(exp, bundle.outputs)
     if exp.nics and exp.level != "quick":
@@ -91,20 +95,18 @@ def judge_node(exp: NodeExpectation, bundle: NodeBundle) -> list[CheckResult]:
     return results
 
 
-def _chart_data(exp: NodeExpectation, bundle: NodeBundle, extra: dict[str, Any]) -> None:
-    """Collect what the HTML report draws (topology matrix, busbw curve, per-HCA bars)."""
+def _chart_data(exp: NodeExpectation, bundle: NodeBundle) -> dict[str, Any]:
+    """What the HTML report draws for one node (topology matrix, busbw curve)."""
+    extra: dict[str, Any] = {}
     topo = bundle.outputs.get("topo")
-    if topo is not None and topo.failure() is None and topo.text is not None:
-        data = parse("topo", topo.text).data
+    if topo is not None and topo.failure() is None:
+        data = topo.parse_as("topo").data
         devices = list(data.get("gpus") or []) + list(data.get("nics") or [])
         if devices:
-            extra.setdefault("topology", {})[exp.node] = {
-                "devices": devices,
-                "links": data.get("links") or {},
-            }
+            extra["topology"] = {"devices": devices, "links": data.get("links") or {}}
     nccl = bundle.outputs.get("nccl")
-    if nccl is not None and nccl.failure() is None and nccl.text is not None:
-        rows = parse("nccl", nccl.text).data.get("rows") or []
+    if nccl is not None and nccl.failure() is None:
+        rows = nccl.parse_as("nccl").data.get("rows") or []
         curve = [
             [float(r["size"]), float(r["out_of_place"]["busbw"])]
             for r in rows
@@ -112,7 +114,24 @@ def _chart_data(exp: NodeExpectation, bundle: NodeBundle, extra: dict[str, Any])
             and isinstance((r.get("out_of_place") or {}).get("busbw"), int | float)
         ]
         if curve:
-            extra.setdefault("nccl", {})[exp.node] = curve
+            extra["nccl"] = curve
+    return extra
+
+
+def _judge_one(
+    item: tuple[NodeExpectation, NodeBundle, bool],
+) -> tuple[list[CheckResult], dict[str, Any]]:
+    exp, bundle, charts = item
+    results = judge_node(exp, bundle)
+    extra = _chart_data(exp, bundle) if charts and bundle.unreachable is None else {}
+    bw = {
+        r.subject: float(r.measured)
+        for r in results
+        if r.check == "ib.write_bw" and r.subject and isinstance(r.measured, int | float)
+    }
+    if bw:
+        extra["ib_write_bw"] = bw
+    return results, extra
 
 
 def judge_cluster(
@@ -123,22 +142,29 @@ def judge_cluster(
     unknown_fails: bool = True,
     generated_at: str | None = None,
     charts: bool = True,
+    jobs: int = 1,
 ) -> ValidationReport:
+    """Judge every node (``jobs`` worker processes for large clusters) and the fleet."""
     exps = expectations(cluster)
+    items = [
+        (
+            exp,
+            bundles.get(node) or NodeBundle(node, unreachable="no outputs were collected"),
+            charts,
+        )
+        for node, exp in exps.items()
+    ]
+    if jobs > 1 and len(items) > 64:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            judged = list(pool.map(_judge_one, items, chunksize=max(1, len(items) // (jobs * 8))))
+    else:
+        judged = [_judge_one(item) for item in items]
     per_node: dict[str, list[CheckResult]] = {}
     extra: dict[str, Any] = {}
-    for node, exp in exps.items():
-        bundle = bundles.get(node) or NodeBundle(node, unreachable="no outputs were collected")
-        per_node[node] = judge_node(exp, bundle)
-        if charts and bundle.unreachable is None:
-            _chart_data(exp, bundle, extra)
-        bw = {
-            r.subject: float(r.measured)
-            for r in per_node[node]
-            if r.check == "ib.write_bw" and r.subject and isinstance(r.measured, int | float)
-        }
-        if bw:
-            extra.setdefault("ib_write_bw", {})[node] = bw
+    for (exp, _, _), (results, parts) in zip(items, judged, strict=True):
+        per_node[exp.node] = results
+        for key, value in parts.items():
+            extra.setdefault(key, {})[exp.node] = value
     fraction = cluster.validation.thresholds.fleet_relative_min or 0.95
     everything = [r for rs in per_node.values() for r in rs]
     for check in ("nccl.busbw", "ib.write_bw"):

@@ -607,7 +607,7 @@ def parse_nvlink(text: str) -> ParseResult:
         numbers = sorted(x["link"] for x in gpu["links"])
         if not numbers and gpu["message"] is None:
             problems.append(f"GPU {gpu['index']}: no link lines")
-        elif numbers and numbers != list(range(numbers[-1] + 1)):
+        elif numbers and numbers != list(range(len(numbers))):  # 0..n-1 without gaps
             problems.append(f"GPU {gpu['index']}: link numbers are not 0..{numbers[-1]}")
     if len(counts) > 1:
         problems.append(f"GPUs list different numbers of links: {counts}")

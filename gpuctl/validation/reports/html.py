@@ -215,12 +215,35 @@ def _problem_row(c: CheckResult) -> str:
     )
 
 
+MAX_CHARTS = 12  # per section: a 1,000-node report draws the nodes that need a look
+
+
+def _pick(report: ValidationReport, available: dict[str, Any], prefix: str) -> list[str]:
+    """Nodes to draw: those with a non-OK check in ``prefix``, then the first others."""
+    bad = [
+        n.node
+        for n in report.nodes
+        if n.node in available
+        and any(c.check.startswith(prefix) and c.verdict is not Verdict.OK for c in n.checks)
+    ]
+    rest = [n for n in available if n not in bad]
+    return (bad[:MAX_CHARTS] + rest)[: max(MAX_CHARTS, 1)] if bad else rest[:MAX_CHARTS]
+
+
 def render_html(report: ValidationReport) -> str:
     s = report.summary()
     extra = report.extra
-    topo: dict[str, Any] = extra.get("topology") or {}
-    nccl: dict[str, list[list[float]]] = extra.get("nccl") or {}
-    ib: dict[str, dict[str, float]] = extra.get("ib_write_bw") or {}
+    topo_all: dict[str, Any] = extra.get("topology") or {}
+    nccl_all: dict[str, list[list[float]]] = extra.get("nccl") or {}
+    ib_all: dict[str, dict[str, float]] = extra.get("ib_write_bw") or {}
+    topo = {n: topo_all[n] for n in _pick(report, topo_all, "topology")}
+    nccl = {n: nccl_all[n] for n in _pick(report, nccl_all, "nccl")}
+    ib = {n: ib_all[n] for n in _pick(report, ib_all, "ib.write_bw")}
+    shown = (
+        f"<p>Charts show up to {MAX_CHARTS} nodes per section, those with problems first.</p>"
+        if max(len(topo_all), len(nccl_all), len(ib_all)) > MAX_CHARTS
+        else ""
+    )
     body = [
         f"<h1>gpuctl validate: {escape(report.cluster)} ({escape(report.level)})</h1>",
         f"<p>{s['nodes']} nodes: {s['ok']} ok, {s['warn']} warn, {s['fail']} fail, "
@@ -229,6 +252,7 @@ def render_html(report: ValidationReport) -> str:
         + "</p>",
         "<h2>Nodes</h2>",
         _grid(report),
+        shown,
     ]
     if topo:
         body.append("<h2>NVLink / PCIe topology</h2>")

@@ -1,0 +1,136 @@
+"""Benchmark: judge the raw outputs of 1,024 simulated 8-GPU nodes and write every report.
+
+Run: .venv/bin/python benchmarks/judge_1024.py [--nodes N] [--jobs J]
+
+Each simulated node's outputs are real captures from tests/fixtures (HGX H100 `nvidia-smi -q`,
+`topo -m`, `nvlink -s`, NDR `ibstat`, nccl-tests, perftest, Fabric Manager status, kernel log),
+with faults on some nodes (a node whose kernel log has Xid 48/63/94, a node with an A100 NV12
+matrix, an unreachable node). Measures, in this process: loading the bundle, parsing and judging
+every node (all checks, fleet-relative judgement), and rendering results.json, JUnit XML, the
+Prometheus textfile and the HTML report. Budget: 10 s on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from gpuctl.config import load_cluster_text
+from gpuctl.starter import starter
+from gpuctl.validation.reports import render_html, render_junit, render_prometheus
+from gpuctl.validation.suite import judge_cluster, load_bundle
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures"
+BUDGET_S = 10.0
+
+GOOD = {
+    "smi-q": "nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt",
+    "topo": "topo/nvsmi-topo-m-h100-8gpu-6nic-blank-cpuaffinity.txt",
+    "nvlink": "nvidia-smi/nvlink-status-a100-8gpu-space-indent.txt",
+    "ibstat": "ib/ibstat-h100-ib-ndr400-all-active-space-indent.txt",
+    "nccl": "nccl-tests/all-reduce-perf-a100-sxm4-40gb-8gpu-with-nccl-info-line.txt",
+    "fabricmanager": (
+        "fabric-manager/systemctl-status-fabricmanager-active-running-h100-rhel-ai.txt"
+    ),
+    "xid": "kernel-xid/journal-kernel-xid-45-caused-by-previous-xid-145-149.txt",
+    "dcgm-diag": "dcgm/dcgmi-diag-r4-pass-blacklist-era.txt",
+}
+PERFTEST = "perftest/ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt"
+FAULTY = {
+    "xid": "kernel-xid/dmesg-iso-xid-48-63-94-dbe-row-remap.txt",
+    "topo": "topo/nvsmi-topo-m-a100-40gb-8gpu-azure-ndv4-blank-nic-names-ansi.txt",
+}
+HCAS = ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"]
+
+
+def body(rel: str) -> str:
+    lines = (FIX / rel).read_bytes().decode("utf-8").splitlines(keepends=True)
+    end = next(i for i, line in enumerate(lines) if line.rstrip("\r\n") == "# ---")
+    return "".join(lines[end + 1 :])
+
+
+def make_bundle(nodes: int, directory: Path) -> str:
+    doc = yaml.safe_load(starter("hgx-h100", nodes))
+    doc["node_groups"][1]["nics"][0]["devices"] = "mlx5_[0-1,4-9]"  # as the real ibstat lists
+    doc["software"]["driver"] = {"branch": "565", "version": "565.57.01"}  # as the -q capture
+    # the captured nccl/perftest runs are from smaller systems: hold them to their own floors
+    doc["validation"]["thresholds"] = {"nccl_all_reduce_busbw_gbs": 200, "ib_write_bw_gbps": 90}
+    text = yaml.safe_dump(doc, sort_keys=False)
+    cluster = load_cluster_text(text, "bench")
+    good = {kind: body(rel) for kind, rel in GOOD.items()}
+    faulty = {kind: body(rel) for kind, rel in FAULTY.items()}
+    perf = body(PERFTEST)
+    names = [n for g in cluster.node_groups for n in g.node_names()]
+    for i, name in enumerate(names):
+        folder = directory / name
+        folder.mkdir(parents=True)
+        if i % 257 == 5:
+            (folder / "meta.json").write_text(json.dumps({"unreachable": "ssh: timed out"}))
+            continue
+        for kind, text_ in good.items():
+            if i % 97 == 3 and kind in faulty:
+                text_ = faulty[kind]
+            (folder / f"{kind}.txt").write_text(text_, encoding="utf-8")
+        for hca in HCAS:
+            (folder / f"perftest-{hca}.txt").write_text(perf, encoding="utf-8")
+        (folder / "meta.json").write_text(json.dumps({"probes": {}}))
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1024)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes for judging (default: the cores)",
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle_dir = Path(tmp) / "bundle"
+        text = make_bundle(args.nodes, bundle_dir)
+        cluster = load_cluster_text(text, "bench")
+        names = [n for g in cluster.node_groups for n in g.node_names()]
+        start = time.perf_counter()
+        bundles = load_bundle(bundle_dir, names)
+        t_load = time.perf_counter()
+        report = judge_cluster(
+            cluster, bundles, generated_at="2026-12-01T00:00:00Z", jobs=args.jobs
+        )
+        t_judge = time.perf_counter()
+        out = Path(tmp) / "out"
+        out.mkdir()
+        (out / "results.json").write_text(report.dumps(), encoding="utf-8")
+        (out / "results.xml").write_text(render_junit(report), encoding="utf-8")
+        (out / "gpuctl.prom").write_text(render_prometheus(report), encoding="utf-8")
+        (out / "report.html").write_text(render_html(report), encoding="utf-8")
+        end = time.perf_counter()
+        checks = sum(len(n.checks) for n in report.nodes)
+        s = report.summary()
+        sizes = {p.name: p.stat().st_size for p in out.iterdir()}
+    total = end - start
+    verdict = "within" if total <= BUDGET_S else "OVER"
+    print(
+        f"nodes={len(names)} jobs={args.jobs} checks={checks} failed={s['failed']} "
+        f"load={t_load - start:.2f}s judge={t_judge - t_load:.2f}s "
+        f"reports={end - t_judge:.2f}s"
+    )
+    print(f"report sizes: {', '.join(f'{k} {v // 1024} KiB' for k, v in sorted(sizes.items()))}")
+    print(
+        f"total={total:.2f} s budget={BUDGET_S:.0f} s ({verdict} budget, "
+        f"total/budget={total / BUDGET_S:.2f})"
+    )
+    return 0 if total <= BUDGET_S else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
