@@ -20,6 +20,7 @@ from gpuctl.validation.reports import (
     render_prometheus,
 )
 from gpuctl.validation.results import ValidationReport
+from gpuctl.validation.suite import fewer_gc_passes
 
 
 def register(app: typer.Typer) -> None:
@@ -65,18 +66,19 @@ def report(
     if not any((html, junit, prom, drain)):
         raise UsageError("name at least one of --html, --junit, --prom, --drain-reasons")
     console = err_console()
-    try:
-        if html is not None:
-            _write(html, render_html(rep))
-            console.print(f"wrote {escape(str(html))}")
-        if junit is not None:
-            _write(junit, render_junit(rep))
-            console.print(f"wrote {escape(str(junit))}")
-        if prom is not None:
-            _write(prom / "gpuctl.prom", render_prometheus(rep))
-            console.print(f"wrote {escape(str(prom / 'gpuctl.prom'))}")
-    except OSError as exc:
-        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    with fewer_gc_passes():
+        try:
+            if html is not None:
+                _write(html, render_html(rep))
+                console.print(f"wrote {escape(str(html))}")
+            if junit is not None:
+                _write(junit, render_junit(rep))
+                console.print(f"wrote {escape(str(junit))}")
+            if prom is not None:
+                _write(prom / "gpuctl.prom", render_prometheus(rep))
+                console.print(f"wrote {escape(str(prom / 'gpuctl.prom'))}")
+        except OSError as exc:
+            raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
     if drain:
         for node, reason in drain_reasons(rep).items():
             typer.echo(f"{node}\t{reason}")

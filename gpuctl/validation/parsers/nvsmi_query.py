@@ -18,6 +18,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from gpuctl.validation.parsing import ParseResult, clean, number, parser, unrecognised
@@ -78,15 +79,34 @@ def _number(text: str) -> int | float | None:
     return number(text) if len(text) <= _MAX_DIGITS else None
 
 
+_ANY_ERROR_BANNER = re.compile("|".join(f"(?:{p.pattern})" for p in _ERROR_BANNERS), re.IGNORECASE)
+
+
+_BANNER_WORDS = (
+    "failed",
+    "no devices",
+    "unable to determine",
+    "communicate",
+    "not a valid field",
+    "invalid combination",
+)
+
+
+def _may_have_banner(text: str) -> bool:
+    """Cheap whole-text test before the per-line search (most outputs have no banner)."""
+    low = text.lower()
+    return any(word in low for word in _BANNER_WORDS)
+
+
 def _is_error_banner(line: str) -> bool:
-    return any(p.search(line) for p in _ERROR_BANNERS)
+    return _ANY_ERROR_BANNER.search(line) is not None  # one pass instead of one per banner
 
 
 # ------------------------------------------------------------------------------------------
 # The tree both smi-q and smi-xml are read into
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     key: str  # normalised: lower case, runs of other characters -> "_"
     label: str  # as printed (text label or XML tag)
@@ -116,8 +136,12 @@ class _Node:
                 yield f"{c.label}/{sub}", node
 
 
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+@lru_cache(maxsize=4096)
 def _norm(label: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", label.strip().lower()).strip("_")
+    return _NON_ALNUM.sub("_", label.strip().lower()).strip("_")
 
 
 Path = tuple[str, ...]
@@ -662,6 +686,32 @@ _GPU_KEYS = frozenset(
 )
 
 
+@lru_cache(maxsize=8192)
+def _is_label(text: str) -> bool:
+    return _LABEL.fullmatch(text) is not None  # labels repeat for every GPU and every node
+
+
+@lru_cache(maxsize=8192)
+def _is_section(text: str) -> bool:
+    return _GPU_HEADER.fullmatch(text) is not None or _LABEL.fullmatch(text) is not None
+
+
+def _split_kv(stripped: str) -> tuple[str, str] | None:
+    """``Label   : value`` -> (label, value); what ``_KV`` matches, without the regex for the
+    common case (a space before the colon, then a space or the end of the line)."""
+    at = stripped.find(" :")
+    if at > 0:
+        after = stripped[at + 2 : at + 3]
+        if after in ("", " ") and not stripped[:at].rstrip().endswith(("\t",)):
+            head = stripped[:at].rstrip()
+            if "\t" not in head and head[:1].strip():
+                return head, stripped[at + 2 :].strip()
+    m = _KV.fullmatch(stripped)
+    if m is None:
+        return None
+    return m.group(1).strip(), (m.group(2) or "").strip()
+
+
 def _text_tree(lines: list[str]) -> tuple[_Node, int, int]:
     """Indentation -> tree. Returns (root, elided line count, lines not understood)."""
     root = _Node("", "", None)
@@ -671,16 +721,16 @@ def _text_tree(lines: list[str]) -> tuple[_Node, int, int]:
         stripped = line.strip()
         if not stripped:
             continue
-        head = line[: len(line) - len(line.lstrip(" \t"))]
-        indent = len(head.expandtabs(4))
-        if _ELISION.fullmatch(stripped):
+        width = len(line) - len(line.lstrip(" \t"))
+        indent = len(line[:width].expandtabs(4)) if "\t" in line[:width] else width
+        if stripped[0] in "[.…" and _ELISION.fullmatch(stripped):
             elided += 1
             continue
-        m = _KV.fullmatch(stripped)
-        if m and _LABEL.fullmatch(m.group(1).strip()):
-            label, value = m.group(1).strip(), (m.group(2) or "").strip()
+        kv = _split_kv(stripped)
+        if kv is not None and _is_label(kv[0]):
+            label, value = kv
             node = _Node(_norm(label), label, value)
-        elif _GPU_HEADER.fullmatch(stripped) or _LABEL.fullmatch(stripped):
+        elif _is_section(stripped):
             node = _Node(_norm(stripped), stripped, None)
         else:  # table borders, prose, anything that is not a -q line
             odd += 1
@@ -711,8 +761,9 @@ def parse_smi_q(text: str) -> ParseResult:
     if any(line.lstrip().startswith("<") and "nvidia_smi_log" in line for line in lines[:5]):
         return unrecognised(KIND_Q, "this is the XML form (nvidia-smi -q -x): parse as smi-xml")
     problems: list[str] = []
-    banners = [line.strip() for line in lines if _is_error_banner(line)]
-    body = [line for line in lines if not _is_error_banner(line)]
+    flags = [_is_error_banner(line) for line in lines] if _may_have_banner(text) else []
+    banners = [line.strip() for line, bad in zip(lines, flags, strict=False) if bad]
+    body = [line for line, bad in zip(lines, flags, strict=False) if not bad] if banners else lines
     has_banner = any(_BANNER.fullmatch(line.strip()) for line in body)
     body = [line for line in body if not _BANNER.fullmatch(line.strip())]
     warnings = [line.strip() for line in body if line.strip().upper().startswith("WARNING")]
