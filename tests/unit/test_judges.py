@@ -178,3 +178,110 @@ def test_fleet_relative_flags_the_slow_node() -> None:
     )
     assert [(x.node, x.verdict) for x in res] == [("d", Verdict.FAIL)]
     assert judge_fleet_relative([r("a", 480), r("b", 100)], "nccl.busbw", 0.95) == []
+
+
+# ------------------------------------------------------------------------------------------
+# GPU inventory and health from nvidia-smi -q, InfiniBand ports, DCGM, the suite
+
+
+def h100_565() -> NodeExpectation:
+    """The 8x H100 SXM capture runs driver 565.57.01."""
+    return dataclasses.replace(h100(), driver_version="565.57.01")
+
+
+def test_healthy_hgx_h100_smi_q() -> None:
+    from gpuctl.validation.judges import judge_gpus
+
+    res = judge_gpus(h100_565(), out("smi-q", "nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt"))
+    assert verdicts(res, "gpu.count") == [Verdict.OK]
+    assert verdicts(res, "gpu.driver") == [Verdict.OK]
+    assert [r for r in res if r.verdict is Verdict.FAIL] == []
+    assert [r.subject for r in res if r.check == "gpu.fabric"] == [f"GPU{i}" for i in range(8)]
+    assert set(verdicts(res, "gpu.fabric")) == {Verdict.OK}
+
+
+def test_wrong_driver_and_missing_gpus_fail() -> None:
+    from gpuctl.validation.judges import judge_gpus
+
+    res = judge_gpus(h100(), out("smi-q", "nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt"))
+    [drv] = [r for r in res if r.check == "gpu.driver"]
+    assert (drv.verdict, drv.measured, drv.expected) == (Verdict.FAIL, "565.57.01", "570.133.20")
+    res = judge_gpus(h100_565(), out("smi-q", "nvidia-smi/nvsmi-q-full-h100-1gpu-590-load.txt"))
+    [count] = [r for r in res if r.check == "gpu.count"]
+    assert (count.verdict, count.measured, count.expected) == (Verdict.FAIL, 1, 8)
+
+
+def test_pending_row_remap_fails_the_gpu() -> None:
+    from gpuctl.validation.judges import judge_gpus
+
+    exp = dataclasses.replace(a100(), product_name=None, driver_version=None)
+    res = judge_gpus(
+        exp, out("smi-q", "nvidia-smi/nvsmi-q-a100-ecc-remap-pending-xid63-elided.txt")
+    )
+    remap = [r for r in res if r.check == "gpu.remap"]
+    assert remap
+    assert remap[0].verdict is Verdict.FAIL
+    assert "pending" in remap[0].message
+
+
+def test_ib_ports_down_and_missing_hca() -> None:
+    from gpuctl.validation.judges import judge_ib_ports
+
+    exp = dataclasses.replace(
+        h100(), nics=tuple(ExpectedNic(f"mlx5_{i}", "ndr", "infiniband", 400) for i in (0, 1, 4))
+    )
+    res = judge_ib_ports(exp, out("ibstat", "ib/ibstat-h100-ib-ndr400-all-active-space-indent.txt"))
+    assert set(verdicts(res, "ib.port.state")) == {Verdict.OK}
+    assert set(verdicts(res, "ib.port.rate")) == {Verdict.OK}
+    panic = "ib/ibstat-a100-hdr200-ibpanic-missing-mlx5_8-exit255.txt"
+    exp = dataclasses.replace(
+        a100(), nics=tuple(ExpectedNic(f"mlx5_{i}", "ib", "infiniband", 200) for i in range(9))
+    )
+    res = judge_ib_ports(exp, out("ibstat", panic))
+    missing = [r for r in res if r.check == "ib.port" and r.subject == "mlx5_8"]
+    assert [r.verdict for r in missing] == [Verdict.FAIL]
+
+
+def test_roce_port_on_an_infiniband_fabric_is_a_link_layer_failure() -> None:
+    from gpuctl.validation.judges import judge_ib_ports
+
+    exp = dataclasses.replace(h100(), nics=(ExpectedNic("mlx5_0", "ndr", "infiniband", 400),))
+    res = judge_ib_ports(exp, out("ibstat", "ib/ibstat-h100-node-roce400-plus-100g-all-active.txt"))
+    assert verdicts(res, "ib.port.link_layer") == [Verdict.FAIL]
+
+
+def test_dcgm_diag_pass_and_fail() -> None:
+    from gpuctl.validation.judges import judge_dcgm
+
+    ok = judge_dcgm(h100(), out("dcgm-diag", "dcgm/dcgmi-diag-r4-pass-blacklist-era.txt"))
+    assert ok
+    assert {r.verdict for r in ok} == {Verdict.OK}
+    bad = judge_dcgm(
+        h100(), out("dcgm-diag", "dcgm/dcgmi-diag-r2-gpu-memory-fail-thermal-warning-fragment.txt")
+    )
+    assert Verdict.FAIL in [r.verdict for r in bad]
+
+
+def test_suite_on_a_bundle_directory(tmp_path: Path) -> None:
+    from gpuctl.validation.suite import judge_directory
+
+    cluster = load_cluster(ROOT / "inventories" / "hgx-h100-ndr.yml")
+    good = tmp_path / "gpu001"
+    good.mkdir()
+    (good / "smi-q.txt").write_text(body("nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt"))
+    (good / "meta.json").write_text('{"probes": {"nccl": {"timed_out": true}}}')
+    (tmp_path / "gpu002").mkdir()
+    (tmp_path / "gpu002" / "meta.json").write_text('{"unreachable": "ssh: connection refused"}')
+    (tmp_path / "login01").mkdir()
+    (tmp_path / "login01" / "meta.json").write_text('{"probes": {}}')
+    report = judge_directory(cluster, tmp_path)
+    by = {n.node: n for n in report.nodes}
+    assert set(by) == {"head01", "head02", "login01", "gpu001", "gpu002", "gpu003", "gpu004"}
+    assert by["gpu002"].failed
+    assert "connection refused" in by["gpu002"].checks[0].message
+    assert by["gpu003"].failed  # no folder at all: a failed node, never skipped
+    gpu001 = {(r.check, r.verdict) for r in by["gpu001"].checks}
+    assert ("nccl.busbw", Verdict.UNKNOWN) in gpu001  # timed out
+    assert ("gpu.count", Verdict.OK) in gpu001
+    assert by["gpu001"].failed  # unknown fails closed
+    assert not by["login01"].failed  # reachable, nothing GPU-related to judge

@@ -1,6 +1,6 @@
 """DCGM: ``dcgmi diag -r N`` (text table or ``-j`` JSON) and ``dcgmi nvlink -s``.
 
-Data shapes (documented in docs/parse/dcgm-slurm.md):
+Data shapes (documented in docs/parse.md):
 
 ``dcgm-diag``::
 

@@ -8,7 +8,7 @@ One kind, ``fabricmanager``, for the three places Fabric Manager (FM) reports it
 - ``/var/log/fabricmanager.log`` (``[Mon DD YYYY HH:MM:SS] [LEVEL] [tid N] message``, with
   multi-line payloads and ``Fabric Manager Log initializing at:`` lines at each start).
 
-Data (docs/parse/kernel-fm.md has the full contract)::
+Data (docs/parse.md has the full contract)::
 
     source:           "status" | "journal" | "log"
     active:           bool | None   (only ``systemctl status`` says whether FM runs now)

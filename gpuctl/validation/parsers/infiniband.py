@@ -1,6 +1,6 @@
 """InfiniBand tools: ``ibstat``, ``ibstatus``, ``ibv_devinfo``, ``ibdev2netdev``, ``mlxlink -m``.
 
-What real outputs look like, and how this module copes (contract: docs/parse/infiniband.md):
+What real outputs look like, and how this module copes (contract: docs/parse.md):
 
 - ``ibstat``: ``CA '<name>'`` blocks, CA fields indented once and ``Port <n>:`` blocks indented
   twice. Indentation is tabs in the tool's output but spaces in many pastes (and in some test

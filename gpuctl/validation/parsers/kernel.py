@@ -7,7 +7,7 @@ host kernel:``, ``-o short-iso`` or the bare ``kernel:`` tag) and ``journalctl -
 prefix at all). Lines that are not GPU events are ignored; a line that starts like an Xid or
 SXid line but cannot be read is a problem. Every line is looked at once (linear time).
 
-Data (docs/parse/kernel-fm.md has the full contract)::
+Data (docs/parse.md has the full contract)::
 
     events:          [{pci, xid, message, timestamp, pid, process, gpu}]   one per Xid line
     fallen_off_bus:  [{pci, timestamp}]        one per GPU (PCI address), first time seen

@@ -7,7 +7,7 @@ newer ``#wrong`` column with a count of wrong elements, with or without ``root``
 prefixes (``srun -l``'s ``N: `` and Open MPI ``--tag-output``'s ``[1,0]<stdout>:``) are removed
 first. Lines that are not nccl-tests output (``NCCL INFO`` debug lines, MPI chatter) are skipped.
 
-Data shape (docs/parse/nccl-perftest.md)::
+Data shape (docs/parse.md)::
 
     test: str | None            # "all_reduce_perf" when the output names it, else None
     nccl_tests_version: str | None

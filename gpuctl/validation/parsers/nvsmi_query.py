@@ -1,6 +1,6 @@
 """``nvidia-smi`` structured outputs: ``-q`` text, ``-q -x`` XML and ``--query-gpu`` CSV.
 
-Three kinds (documented in docs/parse/smi-query.md):
+Three kinds (documented in docs/parse.md):
 
 - ``smi-q``: the text of ``nvidia-smi -q`` / ``-a``, also filtered (``-q -d ECC,...``) and
   fragments of it (one section pasted without its GPU header).

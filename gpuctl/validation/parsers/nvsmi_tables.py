@@ -1,6 +1,6 @@
 """nvidia-smi's human-readable outputs: the default table, ``nvlink -s``, ``-L`` and ``-r``.
 
-Kinds (contract in docs/parse/smi-tables.md):
+Kinds (contract in docs/parse.md):
 
 - ``smi-table``: ``nvidia-smi`` without arguments. Both box layouts: the narrow one of drivers
   before 535 (79 columns) and the wide ones of 535+ (87 and 89 columns), with or without the

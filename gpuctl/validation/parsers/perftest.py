@@ -5,7 +5,7 @@ client side. One text can hold several runs (a loopback log with the client's an
 output one after the other): the text is split into blocks, each starting at a test title
 (``RDMA_Write BW Test``) or at the server's ``* Waiting for client to connect... *`` banner.
 
-Data shape (docs/parse/nccl-perftest.md)::
+Data shape (docs/parse.md)::
 
     test, role, bw_unit, time_unit, device, link_type, rows, errors, warnings, settings
         # those of the first block that has a result row (else of the first block)

@@ -1,7 +1,7 @@
 """Slurm: ``sinfo`` (default, ``-R``, custom ``-o``/``-O``/``%all``), ``scontrol show node``,
 ``slurmd -C``.
 
-Data shapes (documented in docs/parse/dcgm-slurm.md):
+Data shapes (documented in docs/parse.md):
 
 ``sinfo``::
 

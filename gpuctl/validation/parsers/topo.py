@@ -5,7 +5,7 @@ Both print a square matrix: a header row of column labels, one row per device, t
 the matrix (``CPU Affinity``, and on newer drivers ``NUMA Affinity`` and ``GPU NUMA ID``); newer
 drivers also print a ``NIC Legend:`` block (``NIC0: mlx5_0``).
 
-What real outputs look like, and how this module copes (contract: docs/parse/topo.md):
+What real outputs look like, and how this module copes (contract: docs/parse.md):
 
 - Cells are tab-separated. Pastes often expand tabs to spaces; then a line has no tab and is
   split on runs of blanks (the multi-word column names are known).
