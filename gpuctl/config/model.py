@@ -383,6 +383,12 @@ class Role(StrEnum):
     COMPUTE = "compute"
 
 
+Percent = Annotated[
+    str,
+    Field(pattern=r"^(100|[1-9]?[0-9])(\.[0-9]+)?%$", description="A share of the physical limit."),
+]
+
+
 class Thresholds(_Strict):
     """Validation thresholds; unset values are inherited.
 
@@ -397,8 +403,10 @@ class Thresholds(_Strict):
     nccl_multinode_busbw_gbs: float | None = Field(
         None, gt=0, description="Minimum multi-node all_reduce bus bandwidth, GB/s."
     )
-    ib_write_bw_gbps: float | None = Field(
-        None, gt=0, description="Minimum ib_write_bw per adapter, Gb/s."
+    ib_write_bw_gbps: Annotated[float, Field(gt=0)] | Percent | None = Field(
+        None,
+        description="Minimum ib_write_bw per adapter: Gb/s, or a share of the port's line rate "
+        '("90%").',
     )
     ib_write_lat_p99_us: float | None = Field(
         None, gt=0, description="Maximum ib_write_lat 99th percentile, microseconds."
@@ -677,6 +685,11 @@ class Validation(_Strict):
     """Cluster-wide validation settings."""
 
     level: Level = Field(Level.STANDARD, description="Default check level.")
+    unknown_is_failure: bool = Field(
+        True,
+        description="A check that could not run or be read (UNKNOWN) fails its node; set false "
+        "only to report UNKNOWN without failing (never counted as a pass).",
+    )
     thresholds: Thresholds = Field(
         default_factory=lambda: Thresholds(),
         description="Overrides for every group (group overrides win).",

@@ -12,6 +12,7 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -570,8 +571,9 @@ def judge_ib_write_bw(
 ) -> list[CheckResult]:
     """``per_hca``: HCA -> the client-side ib_write_bw output for it (collected by validate)."""
     out: list[CheckResult] = []
-    threshold = _num(exp.thresholds.get("ib_write_bw_gbps"))
+    configured = exp.thresholds.get("ib_write_bw_gbps")
     for nic in exp.nics:
+        threshold = threshold_value(configured, nic.rate_gbps)
         probe = per_hca.get(nic.device)
         subject = nic.device
         if probe is None:
@@ -628,6 +630,14 @@ def judge_ib_write_bw(
     return out
 
 
+def threshold_value(value: Any, limit: float | None) -> float | None:
+    """A threshold as a number: given directly, or as a share of the physical limit ("90%")."""
+    if isinstance(value, str) and value.endswith("%"):
+        share = _num(float(value[:-1])) if value[:-1].replace(".", "", 1).isdigit() else None
+        return round(share / 100.0 * limit, 3) if share is not None and limit else None
+    return _num(value)
+
+
 def _with_subject(result: CheckResult, subject: str) -> CheckResult:
     return dataclasses.replace(result, subject=subject)
 
@@ -642,7 +652,25 @@ def xid_actions() -> dict[int, str]:
     return {int(x): action for action, xids in data["actions"].items() for x in xids}
 
 
-def judge_xid(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+def _event_time(stamp: Any) -> datetime | None:
+    """ISO (`dmesg --time-format iso`) or ctime (`dmesg -T`) timestamps; None for others."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        when = datetime.fromisoformat(stamp.replace(",", "."))
+    except ValueError:
+        try:
+            when = datetime.strptime(stamp, "%a %b %d %H:%M:%S %Y")
+        except ValueError:
+            return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def judge_xid(
+    exp: NodeExpectation, outputs: Outputs, now: datetime | None = None
+) -> list[CheckResult]:
+    """Xid events in the window (data/xid.yml). Events whose time cannot be read count: a log
+    the collector bounded to the window (journalctl --since) is judged whole."""
     if exp.gpu_count == 0:
         return []
     result, unknown = _parsed(exp, outputs, ["xid"], "xid")
@@ -652,6 +680,11 @@ def judge_xid(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     actions = xid_actions()
     default = str(load_data("xid.yml")["default_action"])
     events: list[dict[str, Any]] = list(result.data.get("events") or [])
+    if now is not None:
+        since = now - timedelta(hours=float(load_data("xid.yml")["window_hours"]))
+        events = [
+            e for e in events if (when := _event_time(e.get("timestamp"))) is None or when >= since
+        ]
     for ev in result.data.get("fallen_off_bus") or []:
         out.append(
             _r(

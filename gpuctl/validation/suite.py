@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from gpuctl.validation.judges import (
     ProbeOutput,
     judge_fleet_relative,
     judge_ib_write_bw,
+    judge_xid,
+    threshold_value,
 )
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 
@@ -75,7 +78,9 @@ def load_bundle(directory: Path, node_names: list[str]) -> dict[str, NodeBundle]
     return {n: load_node_bundle(n, directory / n) for n in node_names}
 
 
-def judge_node(exp: NodeExpectation, bundle: NodeBundle) -> list[CheckResult]:
+def judge_node(
+    exp: NodeExpectation, bundle: NodeBundle, now: datetime | None = None
+) -> list[CheckResult]:
     if bundle.unreachable is not None:
         return [
             CheckResult(
@@ -91,7 +96,10 @@ def judge_node(exp: NodeExpectation, bundle: NodeBundle) -> list[CheckResult]:
         )
     ]
     for judge in NODE_JUDGES:
-        results += judge(exp, bundle.outputs)
+        if judge is judge_xid:
+            results += judge_xid(exp, bundle.outputs, now)
+        else:
+            results += judge(exp, bundle.outputs)
     if exp.nics and exp.level != "quick":
         results += judge_ib_write_bw(exp, bundle.ib_write_bw)
     return results
@@ -121,12 +129,12 @@ def _chart_data(exp: NodeExpectation, bundle: NodeBundle) -> dict[str, Any]:
 
 
 def _judge_one(
-    item: tuple[NodeExpectation, NodeBundle | Path, bool],
+    item: tuple[NodeExpectation, NodeBundle | Path, bool, datetime | None],
 ) -> tuple[list[CheckResult], dict[str, Any]]:
-    exp, source, charts = item
+    exp, source, charts, now = item
     # a worker reads its node's folder itself: no bundle text crosses process boundaries
     bundle = load_node_bundle(exp.node, source) if isinstance(source, Path) else source
-    results = judge_node(exp, bundle)
+    results = judge_node(exp, bundle, now)
     extra = _chart_data(exp, bundle) if charts and bundle.unreachable is None else {}
     bw = {
         r.subject: float(r.measured)
@@ -168,20 +176,22 @@ def judge_cluster(
     bundles: Mapping[str, NodeBundle] | Path,
     *,
     level: str | None = None,
-    unknown_fails: bool = True,
+    unknown_fails: bool | None = None,
+    now: datetime | None = None,
     generated_at: str | None = None,
     charts: bool = True,
     jobs: int = 1,
 ) -> ValidationReport:
     """Judge every node (``jobs`` worker processes for large clusters) and the fleet."""
     exps = expectations(cluster)
-    items: list[tuple[NodeExpectation, NodeBundle | Path, bool]] = [
+    items: list[tuple[NodeExpectation, NodeBundle | Path, bool, datetime | None]] = [
         (
             exp,
             bundles / node
             if isinstance(bundles, Path)
             else bundles.get(node) or NodeBundle(node, unreachable="no outputs were collected"),
             charts,
+            now,
         )
         for node, exp in exps.items()
     ]
@@ -194,10 +204,12 @@ def judge_cluster(
             judged = [_judge_one(item) for item in items]
     per_node: dict[str, list[CheckResult]] = {}
     extra: dict[str, Any] = {}
-    for (exp, _, _), (results, parts) in zip(items, judged, strict=True):
+    for (exp, _, _, _), (results, parts) in zip(items, judged, strict=True):
         per_node[exp.node] = results
         for key, value in parts.items():
             extra.setdefault(key, {})[exp.node] = value
+    if unknown_fails is None:
+        unknown_fails = cluster.validation.unknown_is_failure
     fraction = cluster.validation.thresholds.fleet_relative_min or 0.95
     everything = [r for rs in per_node.values() for r in rs]
     for check in ("nccl.busbw", "ib.write_bw"):
@@ -206,7 +218,11 @@ def judge_cluster(
     any_exp = next((e for e in exps.values() if e.gpu_count), None)
     if any_exp is not None:
         extra["nccl_threshold"] = any_exp.thresholds.get("nccl_all_reduce_busbw_gbs")
-        extra["ib_write_bw_threshold"] = any_exp.thresholds.get("ib_write_bw_gbps")
+        rate = any_exp.nics[0].rate_gbps if any_exp.nics else None
+        extra["ib_write_bw_threshold"] = threshold_value(
+            any_exp.thresholds.get("ib_write_bw_gbps"), rate
+        )
+        extra["ib_line_rate"] = rate
     return ValidationReport(
         cluster=cluster.name,
         level=level or cluster.validation.level.value,

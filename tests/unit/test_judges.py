@@ -285,3 +285,56 @@ def test_suite_on_a_bundle_directory(tmp_path: Path) -> None:
     assert ("gpu.count", Verdict.OK) in gpu001
     assert by["gpu001"].failed  # unknown fails closed
     assert not by["login01"].failed  # reachable, nothing GPU-related to judge
+
+
+def test_ib_write_bw_threshold_as_a_share_of_the_line_rate() -> None:
+    exp = dataclasses.replace(
+        a100(),
+        nics=(ExpectedNic("mlx5_0", "roce", "roce", 100),),
+        thresholds={**a100().thresholds, "ib_write_bw_gbps": "95%"},
+    )
+    rel = "perftest/ib-write-bw-roce-100g-rdma-cm-cpu-freq-warning-client.txt"
+    [r] = judge_ib_write_bw(exp, {"mlx5_0": ProbeOutput("perftest", body(rel))})
+    assert r.expected == pytest.approx(95.0)  # 95% of 100 Gb/s
+    assert r.verdict is Verdict.FAIL  # 92.4 Gb/s
+
+
+def test_xid_window_drops_old_events_but_keeps_undated_ones() -> None:
+    from datetime import UTC, datetime
+
+    rel = "kernel-xid/dmesg-iso-xid-48-63-94-dbe-row-remap.txt"  # 2024-11-15, ISO times
+    later = datetime(2024, 11, 16, tzinfo=UTC)
+    assert verdicts(judge_xid(h100(), out("xid", rel), now=later), "xid") == [Verdict.OK]
+    during = datetime(2024, 11, 15, 12, 30, tzinfo=UTC)
+    assert Verdict.FAIL in verdicts(judge_xid(h100(), out("xid", rel), now=during), "xid")
+    bare = "kernel-xid/xid-79-fallen-off-bus-single-line.txt"  # no timestamp: always counts
+    assert verdicts(judge_xid(h100(), out("xid", bare), now=later), "xid") == [Verdict.FAIL]
+
+
+def test_slurm_node_state_drained_by_someone_else_is_a_warning() -> None:
+    from gpuctl.validation.judges import judge_slurm_node
+
+    rel = "slurm/scontrol-show-node-idle-drain-gres-count-lower-rtx3090.txt"
+    exp = dataclasses.replace(h100(), node="yigou-dev-102-68")
+    [r] = judge_slurm_node(exp, out("scontrol-node", rel))
+    assert r.verdict is Verdict.WARN
+    assert "by someone else" in r.message
+    [r] = judge_slurm_node(h100(), out("scontrol-node", rel))
+    assert r.verdict is Verdict.UNKNOWN  # gpu001 is not in that output
+
+
+def test_unknown_is_failure_comes_from_cluster_yml(tmp_path: Path) -> None:
+    import yaml
+
+    from gpuctl.config import load_cluster_text
+    from gpuctl.validation.suite import judge_directory
+
+    doc = yaml.safe_load((ROOT / "inventories" / "workstation.yml").read_text())
+    doc["validation"]["unknown_is_failure"] = False
+    cluster = load_cluster_text(yaml.safe_dump(doc), "ws.yml")
+    (tmp_path / "gpu001").mkdir()
+    (tmp_path / "gpu001" / "meta.json").write_text('{"probes": {}}')  # nothing collected
+    report = judge_directory(cluster, tmp_path)
+    [node] = report.nodes
+    assert node.verdict is Verdict.UNKNOWN
+    assert not node.failed
