@@ -50,5 +50,9 @@ class UsageError(GpuctlError):
     """A command was asked for something it cannot do (bad option combination, existing file)."""
 
 
+class EnvironmentProblem(GpuctlError):
+    """This machine cannot do what was asked: not root, a tool missing, a command failing."""
+
+
 class RenderError(GpuctlError):
     """Writing rendered files failed (template error, unwritable directory)."""

@@ -6,11 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# --test: also what the tests' real consumers need (promtool from prometheus, headless Chromium)
+# --lab: also what the lab needs (debootstrap, systemd-nspawn, iproute2)
+# --test: the lab's packages and what the tests' real consumers need (promtool from prometheus,
+#         headless Chromium)
 packages=(python3 python3-venv python3-pip openssh-client ca-certificates)
-if [ "${1:-}" = "--test" ]; then
-  packages+=(prometheus chromium fonts-dejavu-core)
-fi
+case "${1:-}" in
+  --lab) packages+=(debootstrap systemd-container iproute2) ;;
+  --test) packages+=(debootstrap systemd-container iproute2 prometheus chromium fonts-dejavu-core) ;;
+esac
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   need=()

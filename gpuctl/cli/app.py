@@ -10,10 +10,10 @@ import typer
 from typer.core import TyperGroup
 
 from gpuctl import __version__
-from gpuctl.cli import config_cmds, parse_cmd, report_cmd
+from gpuctl.cli import config_cmds, lab_cmds, parse_cmd, report_cmd
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, print_error
-from gpuctl.errors import ConfigError, GpuctlError, UsageError
+from gpuctl.errors import ConfigError, EnvironmentProblem, GpuctlError, UsageError
 
 
 class _Boundary(TyperGroup):
@@ -22,7 +22,7 @@ class _Boundary(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
         try:
             return super().invoke(ctx)
-        except (ConfigError, UsageError) as exc:
+        except (ConfigError, UsageError, EnvironmentProblem) as exc:
             print_error(exc)
             raise typer.Exit(ExitCode.CONFIG) from None
         except GpuctlError as exc:
@@ -73,6 +73,7 @@ def _root(
 config_cmds.register(app)
 parse_cmd.register(app)
 report_cmd.register(app)
+lab_cmds.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,85 @@
+"""`gpuctl lab ...`: a simulated GPU cluster of systemd-nspawn nodes on this machine."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from gpuctl.cli.output import err_console, out_console, print_json
+from gpuctl.lab import lab
+
+app = typer.Typer(
+    name="lab",
+    help="A GPU cluster on this machine: systemd-nspawn nodes, real SSH/systemd, simulated "
+    "GPUs and InfiniBand. Needs root.",
+    no_args_is_help=True,
+)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="lab")
+
+
+@app.command("up")
+def up(
+    nodes: Annotated[
+        int, typer.Option("--nodes", "-n", min=2, max=17, help="Nodes: one controller + compute.")
+    ] = 3,
+) -> None:
+    """Start the lab (build the cached Debian 12 image first if needed). Idempotent."""
+    result = lab.up(nodes - 1)
+    console = err_console()
+    if result.base_built:
+        console.print("built the Debian 12 base image (cached for next time)")
+    started = ", ".join(result.started) or "none (already running)"
+    console.print(f"lab up in {result.seconds:.1f} s; started: {escape(started)}")
+    _print_status(result.status)
+
+
+@app.command("status")
+def status(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
+    """Nodes, addresses and state."""
+    st = lab.status()
+    if as_json:
+        print_json(st.to_json())
+        return
+    _print_status(st)
+
+
+def _print_status(st: lab.LabStatus) -> None:
+    console = out_console()
+    if not st.nodes:
+        console.print("the lab is down")
+        return
+    for node in st.nodes:
+        console.print(f"{node.name:10} {node.address:15} {node.state:8} {','.join(node.roles)}")
+    if st.cluster_yml:
+        console.print(f"cluster.yml: {escape(str(st.cluster_yml))}")
+
+
+@app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ssh(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="Node name.")],
+) -> None:
+    """Open a shell on a node, or run a command: gpuctl lab ssh gpu001 -- nvidia-smi."""
+    command = [a for a in ctx.args if a != "--"]
+    argv = lab.ssh_argv(lab.address_of(node), command or None, tty=not command)
+    os.execvp(argv[0], argv)  # noqa: S606 - replaces this process with ssh, argv list
+
+
+@app.command("reboot")
+def reboot(node: Annotated[str, typer.Argument(help="Node name.")]) -> None:
+    """Reboot a node from inside (systemctl reboot) and wait until it is back."""
+    before, after = lab.reboot(node)
+    err_console().print(f"{escape(node)} rebooted (boot id {before[:8]} -> {after[:8]})")
+
+
+@app.command("down")
+def down() -> None:
+    """Remove every node, mount, namespace, veth, bridge and process the lab made."""
+    removed = lab.down()
+    err_console().print(f"lab down; removed {', '.join(removed) or 'nothing'}")

@@ -1,0 +1,475 @@
+"""`gpuctl lab`: bring a cluster of systemd-nspawn nodes up and down (library side).
+
+Layout (``GPUCTL_LAB_DIR``, default /var/lib/gpuctl-lab):
+
+- ``base/``: the cached Debian 12 root (debootstrap), never changed while nodes use it
+- ``nodes/<name>/{upper,work,root}``: each node's overlay (its own writable disk) and mount
+- ``run/<name>.pid``, ``run/<name>.nspawn``, ``run/<name>.log``: supervisor, nspawn, console
+- ``ssh/id_ed25519``, ``ssh/known_hosts``: the lab's key and the nodes' recorded host keys
+- ``cluster.yml``: the running lab as gpuctl sees it; ``lab.json``: what `down` must remove
+
+Network: a bridge ``gpuctl-br0`` holding 198.18.0.1/24 (RFC 2544 benchmarking range, routed
+nowhere), one network namespace ``gpuctl-<node>`` per node with a veth pair, no default route.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuctl.config.derived import nodes as cluster_nodes
+from gpuctl.config.loader import load_cluster_text
+from gpuctl.lab.system import LabError, require_root, run
+from gpuctl.starter import starter
+
+BRIDGE = "gpuctl-br0"
+HOST_ADDRESS = "198.18.0.1"
+PREFIX = 24
+BASE_PACKAGES = "openssh-server,python3,iproute2,sudo,systemd,systemd-sysv,dbus,iputils-ping"
+DEBIAN_MIRROR = os.environ.get("GPUCTL_LAB_MIRROR", "http://deb.debian.org/debian")
+BOOT_TIMEOUT_S = 120
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("GPUCTL_LAB_DIR", "/var/lib/gpuctl-lab"))
+
+
+@dataclass(frozen=True, slots=True)
+class LabNode:
+    name: str
+    address: str
+    roles: tuple[str, ...]
+    state: str  # running | stopped
+
+
+@dataclass(frozen=True, slots=True)
+class LabStatus:
+    nodes: tuple[LabNode, ...]
+    cluster_yml: Path | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nodes": [
+                {"name": n.name, "address": n.address, "state": n.state, "roles": list(n.roles)}
+                for n in self.nodes
+            ],
+            "cluster_yml": str(self.cluster_yml) if self.cluster_yml else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class UpResult:
+    status: LabStatus
+    started: tuple[str, ...]
+    base_built: bool
+    seconds: float
+
+
+# ------------------------------------------------------------------------------------------
+# Base image
+
+
+def ensure_base() -> bool:
+    """Build the cached Debian 12 base root once; True when it was built now."""
+    base = lab_dir() / "base"
+    if (base / ".gpuctl-base-ok").is_file():
+        return False
+    tmp = lab_dir() / "base.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    lab_dir().mkdir(parents=True, exist_ok=True)
+    run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={BASE_PACKAGES}",
+            "bookworm",
+            str(tmp),
+            DEBIAN_MIRROR,
+        ],
+        timeout=900,
+    )
+    # every node must get its own SSH host keys and machine id
+    for key in (tmp / "etc" / "ssh").glob("ssh_host_*"):
+        key.unlink()
+    (tmp / "etc" / "machine-id").write_text("", encoding="utf-8")
+    run(["chroot", str(tmp), "apt-get", "clean"], timeout=120)
+    (tmp / ".gpuctl-base-ok").write_text(BASE_PACKAGES + "\n", encoding="utf-8")
+    shutil.rmtree(base, ignore_errors=True)
+    tmp.rename(base)
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# Network
+
+
+def _link_exists(name: str) -> bool:
+    return run(["ip", "link", "show", "dev", name], check=False).rc == 0
+
+
+def _netns_exists(name: str) -> bool:
+    return name in run(["ip", "netns", "list"], check=False).stdout.split()
+
+
+def ensure_bridge() -> None:
+    if not _link_exists(BRIDGE):
+        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        run(["ip", "addr", "add", f"{HOST_ADDRESS}/{PREFIX}", "dev", BRIDGE])
+    run(["ip", "link", "set", BRIDGE, "up"])
+
+
+def _netns(name: str) -> str:
+    return f"gpuctl-{name}"
+
+
+def _veth(name: str) -> str:
+    return f"gl-{name}"[:15]
+
+
+def ensure_node_network(name: str, address: str) -> None:
+    ns = _netns(name)
+    if not _netns_exists(ns):
+        run(["ip", "netns", "add", ns])
+    if not _link_exists(_veth(name)):
+        run(["ip", "link", "add", _veth(name), "type", "veth", "peer", "name", "eth0", "netns", ns])
+        run(["ip", "-n", ns, "addr", "add", f"{address}/{PREFIX}", "dev", "eth0"])
+    run(["ip", "link", "set", _veth(name), "master", BRIDGE, "up"])
+    run(["ip", "-n", ns, "link", "set", "lo", "up"])
+    run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+
+
+# ------------------------------------------------------------------------------------------
+# Node roots
+
+
+def _node_dir(name: str) -> Path:
+    return lab_dir() / "nodes" / name
+
+
+def _mounted(path: Path) -> bool:
+    target = str(path)
+    with open("/proc/self/mounts", encoding="utf-8") as fh:
+        return any(line.split()[1] == target for line in fh if len(line.split()) > 1)
+
+
+def prepare_root(name: str, hosts: list[tuple[str, str]], pubkey: str) -> Path:
+    d = _node_dir(name)
+    root = d / "root"
+    for sub in ("upper", "work", "root"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    if not _mounted(root):
+        run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={lab_dir() / 'base'},upperdir={d / 'upper'},workdir={d / 'work'}",
+                str(root),
+            ]
+        )
+    (root / "etc" / "hostname").write_text(f"{name}\n", encoding="utf-8")
+    lines = ["127.0.0.1 localhost", f"127.0.1.1 {name}"] + [f"{a} {n}" for n, a in hosts]
+    (root / "etc" / "hosts").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ssh_dir = root / "root" / ".ssh"
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(ssh_dir, 0o700)
+    keys = ssh_dir / "authorized_keys"
+    keys.write_text(pubkey, encoding="utf-8")
+    os.chmod(keys, 0o600)
+    if not (root / "etc" / "ssh" / "ssh_host_ed25519_key").exists():
+        run(["chroot", str(root), "ssh-keygen", "-A"])
+    return root
+
+
+def host_key(name: str) -> str:
+    pub = _node_dir(name) / "root" / "etc" / "ssh" / "ssh_host_ed25519_key.pub"
+    parts = pub.read_text(encoding="utf-8").split()
+    return f"{parts[0]} {parts[1]}"
+
+
+# ------------------------------------------------------------------------------------------
+# Processes
+
+
+def _run_dir() -> Path:
+    d = lab_dir() / "run"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def node_running(name: str) -> bool:
+    return _pid(_run_dir() / f"{name}.pid") is not None
+
+
+def start_node(name: str) -> None:
+    if node_running(name):
+        return
+    log = open(_run_dir() / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+    subprocess.Popen(  # noqa: S603 - argv list
+        [
+            sys.executable,
+            "-m",
+            "gpuctl.lab.supervisor",
+            name,
+            str(_node_dir(name) / "root"),
+            _netns(name),
+            str(_run_dir() / f"{name}.pid"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    deadline = time.monotonic() + 10
+    while not node_running(name):
+        if time.monotonic() > deadline:
+            raise LabError(f"{name}: the supervisor did not start (see {_run_dir()}/{name}.log)")
+        time.sleep(0.1)
+
+
+def stop_node(name: str, timeout: float = 30) -> None:
+    pidfile = _run_dir() / f"{name}.pid"
+    pid = _pid(pidfile)
+    nspawn = _pid(pidfile.with_suffix(".nspawn"))
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (_alive(pid) or _alive(nspawn)):
+        time.sleep(0.2)
+    for leftover in (nspawn, pid):
+        if _alive(leftover):
+            os.kill(leftover, signal.SIGKILL)  # type: ignore[arg-type]
+    pidfile.unlink(missing_ok=True)
+    pidfile.with_suffix(".nspawn").unlink(missing_ok=True)
+
+
+def _alive(pid: int | None) -> bool:
+    """Running (a zombie is not: the supervisor may be a child of this very process)."""
+    if pid is None:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    if state == "Z":
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it when it is ours
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# SSH
+
+
+def ssh_key() -> Path:
+    key = lab_dir() / "ssh" / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuctl-lab", "-f", str(key)])
+    return key
+
+
+def known_hosts() -> Path:
+    return lab_dir() / "ssh" / "known_hosts"
+
+
+def ssh_argv(address: str, command: list[str] | None = None, *, tty: bool = False) -> list[str]:
+    argv = [
+        "ssh",
+        "-i",
+        str(ssh_key()),
+        "-o",
+        f"UserKnownHostsFile={known_hosts()}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=5",
+        "-o",
+        "LogLevel=ERROR",
+    ]
+    if tty:
+        argv.append("-t")
+    argv.append(f"root@{address}")
+    if command:
+        argv += ["--", *command]
+    return argv
+
+
+def wait_running(name: str, address: str, timeout: float = BOOT_TIMEOUT_S) -> str:
+    """Wait until SSH answers and systemd reports `running`; return the node's boot id."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if not node_running(name):
+            raise LabError(f"{name} stopped while booting (see {_run_dir()}/{name}.log)")
+        res = run(
+            ssh_argv(
+                address,
+                [
+                    "systemctl",
+                    "is-system-running",
+                    "--wait",
+                    ";",
+                    "cat",
+                    "/proc/sys/kernel/random/boot_id",
+                ],
+            ),
+            check=False,
+            timeout=60,
+        )
+        last = (res.stdout + res.stderr).strip()
+        lines = res.stdout.split()
+        if len(lines) >= 2 and lines[0] in ("running", "degraded"):
+            return lines[-1]
+        time.sleep(1)
+    raise LabError(f"{name} did not become ready in {timeout:g} s: {last[-200:]}")
+
+
+# ------------------------------------------------------------------------------------------
+# The commands
+
+
+def _state_file() -> Path:
+    return lab_dir() / "lab.json"
+
+
+def _load_state() -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(_state_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def up(compute_nodes: int = 2) -> UpResult:
+    require_root()
+    start = time.monotonic()
+    text = starter("lab", compute_nodes)
+    # the running lab's cluster.yml: the lab's own key, absolute, so it works from any directory
+    text = text.replace("private_key: .gpuctl/lab/id_ed25519", f"private_key: {ssh_key()}")
+    cluster = load_cluster_text(text, "lab")
+    nodes = [(n.name, n.address or "", n.roles) for n in cluster_nodes(cluster)]
+    state = _load_state()
+    previous = {n["name"] for n in state.get("nodes", [])}
+    extra = previous - {n for n, _, _ in nodes}
+    if extra:
+        raise LabError(
+            f"the lab runs {', '.join(sorted(extra))}, which --nodes "
+            f"{compute_nodes + 1} would drop; run gpuctl lab down first"
+        )
+    built = ensure_base()
+    pub = Path(f"{ssh_key()}.pub").read_text(encoding="utf-8")
+    ensure_bridge()
+    hosts = [(n, a) for n, a, _ in nodes]
+    started: list[str] = []
+    _save_state(nodes)  # before anything is started: `down` must know what to remove
+    for name, address, _ in nodes:
+        ensure_node_network(name, address)
+        prepare_root(name, hosts, pub)
+        if not node_running(name):
+            start_node(name)
+            started.append(name)
+    entries = sorted({f"{a},{n} {host_key(n)}" for n, a, _ in nodes})
+    known_hosts().write_text("\n".join(entries) + "\n", encoding="utf-8")
+    for name, address, _ in nodes:
+        wait_running(name, address)
+    (lab_dir() / "cluster.yml").write_text(text, encoding="utf-8")
+    return UpResult(status(), tuple(started), built, time.monotonic() - start)
+
+
+def _save_state(nodes: list[tuple[str, str, tuple[str, ...]]]) -> None:
+    data = {
+        "nodes": [{"name": n, "address": a, "roles": list(r)} for n, a, r in nodes],
+        "bridge": BRIDGE,
+    }
+    _state_file().write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def status() -> LabStatus:
+    state = _load_state()
+    nodes = tuple(
+        LabNode(
+            n["name"],
+            n["address"],
+            tuple(n.get("roles", [])),
+            "running" if node_running(n["name"]) else "stopped",
+        )
+        for n in state.get("nodes", [])
+    )
+    cluster_yml = lab_dir() / "cluster.yml"
+    return LabStatus(nodes, cluster_yml if cluster_yml.is_file() else None)
+
+
+def address_of(name: str) -> str:
+    for node in status().nodes:
+        if node.name == name:
+            return node.address
+    raise LabError(f"no lab node named {name!r}; see gpuctl lab status")
+
+
+def reboot(name: str, timeout: float = BOOT_TIMEOUT_S) -> tuple[str, str]:
+    """Reboot a node from inside (systemctl reboot) and wait for it; (old, new) boot ids."""
+    require_root()
+    address = address_of(name)
+    before = wait_running(name, address, timeout=30)
+    run(ssh_argv(address, ["systemctl", "reboot"]), check=False, timeout=30)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        try:
+            after = wait_running(name, address, timeout=max(5.0, deadline - time.monotonic()))
+        except LabError:
+            continue
+        if after != before:
+            return before, after
+    raise LabError(f"{name} did not come back from reboot within {timeout:g} s")
+
+
+def down() -> list[str]:
+    """Remove every container, mount, namespace, veth, bridge and process the lab made."""
+    require_root()
+    state = _load_state()
+    removed: list[str] = []
+    for node in state.get("nodes", []):
+        name = node["name"]
+        stop_node(name)
+        root = _node_dir(name) / "root"
+        if _mounted(root):
+            run(["umount", str(root)])
+        if _netns_exists(_netns(name)):
+            run(["ip", "netns", "delete", _netns(name)])
+        if _link_exists(_veth(name)):
+            run(["ip", "link", "delete", _veth(name)])
+        shutil.rmtree(_node_dir(name), ignore_errors=True)
+        for suffix in (".log",):
+            (_run_dir() / f"{name}{suffix}").unlink(missing_ok=True)
+        removed.append(name)
+    if _link_exists(BRIDGE):
+        run(["ip", "link", "delete", BRIDGE])
+    for path in (_state_file(), lab_dir() / "cluster.yml", known_hosts()):
+        path.unlink(missing_ok=True)
+    return removed

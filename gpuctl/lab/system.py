@@ -1,0 +1,59 @@
+"""The lab's one subprocess chokepoint: argv lists, explicit timeouts, errors as LabError."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuctl.errors import EnvironmentProblem
+
+
+class LabError(EnvironmentProblem):
+    """The lab could not do what was asked (not root, a command failed, a node did not boot)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    argv: tuple[str, ...]
+    rc: int
+    stdout: str
+    stderr: str
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float = 120,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+) -> Run:
+    try:
+        proc = subprocess.run(  # noqa: S603 - argv list, never a shell
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, **env} if env else None,
+            input=stdin,
+        )
+    except FileNotFoundError:
+        raise LabError(f"{argv[0]} is not installed (run scripts/bootstrap.sh --test)") from None
+    except subprocess.TimeoutExpired:
+        raise LabError(f"{' '.join(argv)} did not finish within {timeout:g} s") from None
+    result = Run(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise LabError(f"{' '.join(argv)} failed ({proc.returncode}): {' / '.join(detail)}")
+    return result
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError(
+            "the lab needs root (network namespaces, bridges, overlay mounts, systemd-nspawn); "
+            "run it as root, e.g. sudo gpuctl lab up"
+        )
