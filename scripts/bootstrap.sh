@@ -6,13 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# --lab: also what the lab needs (debootstrap, systemd-nspawn, iproute2)
+# --lab: also what the lab needs (debootstrap, systemd-nspawn, iproute2, apt-cacher-ng as the
+#        nodes' apt proxy, dpkg-dev for the lab repository's index tools)
 # --test: the lab's packages and what the tests' real consumers need (promtool from prometheus,
 #         headless Chromium)
 packages=(python3 python3-venv python3-pip openssh-client ca-certificates)
 case "${1:-}" in
-  --lab) packages+=(debootstrap systemd-container iproute2) ;;
-  --test) packages+=(debootstrap systemd-container iproute2 prometheus chromium fonts-dejavu-core) ;;
+  --lab) packages+=(debootstrap systemd-container iproute2 apt-cacher-ng dpkg-dev) ;;
+  --test) packages+=(debootstrap systemd-container iproute2 apt-cacher-ng dpkg-dev prometheus chromium fonts-dejavu-core) ;;
 esac
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -23,7 +24,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   if [ "${#need[@]}" -gt 0 ]; then
     echo "bootstrap: installing Debian packages: ${need[*]}"
     apt-get update -q
-    # never start services while installing (the prometheus package would start a server)
+    # never start services while installing (the prometheus package would start a server, and
+    # apt-cacher-ng its system proxy: the lab runs its own, bound to the lab bridge only)
     policy=/usr/sbin/policy-rc.d
     own_policy=0
     if [ ! -e "$policy" ]; then

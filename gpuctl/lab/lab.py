@@ -7,9 +7,15 @@ Layout (``GPUCTL_LAB_DIR``, default /var/lib/gpuctl-lab):
 - ``run/<name>.pid``, ``run/<name>.nspawn``, ``run/<name>.log``: supervisor, nspawn, console
 - ``ssh/id_ed25519``, ``ssh/known_hosts``: the lab's key and the nodes' recorded host keys
 - ``cluster.yml``: the running lab as gpuctl sees it; ``lab.json``: what `down` must remove
+- ``repo/``: the lab's package repository (stand-ins under NVIDIA's names, see repo.py)
+- ``apt-cache/``: the apt proxy's cache (apt-cacher-ng), ``apt-proxy/acng.conf`` its config;
+  kept by `down`, like ``base/``
+- ``run/apt-proxy.{pid,log}``, ``run/repo-http.{pid,log}``: the two package servers
 
 Network: a bridge ``gpuctl-br0`` holding 198.18.0.1/24 (RFC 2544 benchmarking range, routed
 nowhere), one network namespace ``gpuctl-<node>`` per node with a veth pair, no default route.
+Packages reach the nodes only over the bridge: Debian's through the apt proxy on
+198.18.0.1:3142, the lab repository's from 198.18.0.1:8081 (both bound to the bridge address).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.loader import load_cluster_text
+from gpuctl.lab import repo
 from gpuctl.lab.system import LabError, require_root, run
 from gpuctl.starter import starter
 
@@ -387,9 +394,10 @@ def up(compute_nodes: int = 2) -> UpResult:
     hosts = [(n, a) for n, a, _ in nodes]
     started: list[str] = []
     _save_state(nodes)  # before anything is started: `down` must know what to remove
+    repo.start_services()  # the apt proxy and the lab repository, on the bridge address
     for name, address, _ in nodes:
         ensure_node_network(name, address)
-        prepare_root(name, hosts, pub)
+        repo.configure_node_apt(prepare_root(name, hosts, pub))
         if not node_running(name):
             start_node(name)
             started.append(name)
@@ -450,7 +458,10 @@ def reboot(name: str, timeout: float = BOOT_TIMEOUT_S) -> tuple[str, str]:
 
 
 def down() -> list[str]:
-    """Remove every container, mount, namespace, veth, bridge and process the lab made."""
+    """Remove every container, mount, namespace, veth, bridge and process the lab made.
+
+    The caches stay: the base image, the lab repository and the apt proxy's cache.
+    """
     require_root()
     state = _load_state()
     removed: list[str] = []
@@ -468,6 +479,7 @@ def down() -> list[str]:
         for suffix in (".log",):
             (_run_dir() / f"{name}{suffix}").unlink(missing_ok=True)
         removed.append(name)
+    repo.stop_services()
     if _link_exists(BRIDGE):
         run(["ip", "link", "delete", BRIDGE])
     for path in (_state_file(), lab_dir() / "cluster.yml", known_hosts()):

@@ -22,6 +22,10 @@ pytestmark = [
 ]
 
 
+# the lab's processes: node containers and their supervisors, the apt proxy, the repo server
+LAB_PROCESSES = ("systemd-nspawn", "gpuctl.lab.supervisor", "apt-cacher-ng", "http.server")
+
+
 def _host_state() -> dict[str, list[str]]:
     links = subprocess.run(
         ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True
@@ -34,9 +38,7 @@ def _host_state() -> dict[str, list[str]]:
         "links": sorted(line.split(": ")[1].split("@")[0] for line in links.splitlines()),
         "netns": sorted(netns.split()),
         "mounts": sorted(line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()),
-        "procs": sorted(
-            p for p in procs.splitlines() if "systemd-nspawn" in p or "gpuctl.lab.supervisor" in p
-        ),
+        "procs": sorted(p for p in procs.splitlines() if any(m in p for m in LAB_PROCESSES)),
     }
 
 

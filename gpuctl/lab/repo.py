@@ -1,0 +1,509 @@
+"""Packages for lab nodes, the way a real cluster gets them: an apt proxy and a package repository.
+
+- **apt proxy**: Debian's apt-cacher-ng, run in the foreground by the lab, bound to the bridge
+  address only (198.18.0.1:3142), its cache in ``<lab dir>/apt-cache``. Nodes have no route
+  anywhere but the bridge: they reach deb.debian.org through this proxy and nothing else.
+- **lab repository**: ``.deb`` stand-ins under NVIDIA's real package names and versions
+  (``repo_packages.yml``), built with ``dpkg-deb --build`` into ``<lab dir>/repo`` as a flat
+  apt repository (Packages, Packages.gz, Release) and served by ``python3 -m http.server`` bound
+  to 198.18.0.1:8081. The driver stand-in ships the simulator (``gpuctl/lab/sim``) and
+  ``/usr/bin/nvidia-smi``; nothing of it is installed anywhere but inside lab nodes.
+
+Both servers are lab-owned processes: pid file and log under ``<lab dir>/run``, started by
+`gpuctl lab up` (idempotent) and ended by `gpuctl lab down`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuctl.lab.system import LabError, run
+
+HOST_ADDRESS = "198.18.0.1"
+PROXY_PORT = 3142
+REPO_PORT = 8081
+PROXY_URL = f"http://{HOST_ADDRESS}:{PROXY_PORT}"
+REPO_URL = f"http://{HOST_ADDRESS}:{REPO_PORT}"
+STANDIN_NOTICE = "gpuctl lab SIMULATION stand-in, not the real package"
+SIM_PREFIX = "/usr/lib/gpuctl-lab-sim"
+PACKAGES_YML = Path(__file__).with_name("repo_packages.yml")
+APT_PROXY_CONF = "etc/apt/apt.conf.d/01gpuctl-lab-proxy"
+APT_SOURCE = "etc/apt/sources.list.d/gpuctl-lab.list"
+ORIGIN = "gpuctl-lab"
+_STAMP = ".gpuctl-repo-stamp"
+
+
+def _lab_dir() -> Path:
+    return Path(os.environ.get("GPUCTL_LAB_DIR", "/var/lib/gpuctl-lab"))
+
+
+def repo_dir() -> Path:
+    return _lab_dir() / "repo"
+
+
+def cache_dir() -> Path:
+    return _lab_dir() / "apt-cache"
+
+
+def _run_dir() -> Path:
+    d = _lab_dir() / "run"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+# ------------------------------------------------------------------------------------------
+# Package definitions
+
+
+@dataclass(frozen=True, slots=True)
+class PackageSpec:
+    name: str
+    version: str
+    architecture: str
+    depends: tuple[str, ...]
+    description: str
+    sim: bool
+    bin: tuple[str, ...]
+    service: str | None
+    source: str
+
+    @property
+    def deb_name(self) -> str:
+        # the epoch is not part of a .deb file name (dpkg-name drops it too)
+        version = self.version.split(":", 1)[-1]
+        return f"{self.name}_{version}_{self.architecture}.deb"
+
+
+def load_specs(path: Path = PACKAGES_YML) -> list[PackageSpec]:
+    doc: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    versions = {k: str(v) for k, v in doc["versions"].items()}
+    specs = []
+    for p in doc["packages"]:
+        specs.append(
+            PackageSpec(
+                name=str(p["name"]),
+                version=str(p["version"]).format(**versions),
+                architecture=str(p.get("architecture", "amd64")),
+                depends=tuple(str(d).format(**versions) for d in p.get("depends") or ()),
+                description=str(p["description"]),
+                sim=bool(p.get("sim", False)),
+                bin=tuple(str(b) for b in p.get("bin") or ()),
+                service=str(p["service"]) if p.get("service") else None,
+                source=str(p.get("source", "")),
+            )
+        )
+    return specs
+
+
+# ------------------------------------------------------------------------------------------
+# Building the .deb files and the index
+
+
+def _wrapper(tool: str) -> str:
+    return (
+        "#!/usr/bin/python3\n"
+        f'"""{tool}: {STANDIN_NOTICE} (the gpuctl lab simulator)."""\n'
+        "import os\n"
+        "import sys\n\n"
+        f'sys.path.insert(0, "{SIM_PREFIX}")\n'
+        "try:\n"
+        "    from gpuctl.lab.sim.standin import main\n"
+        "except ImportError as exc:\n"
+        f'    sys.exit(f"{tool}: the gpuctl lab simulator is incomplete ({{exc}})")\n\n'
+        "sys.exit(main(os.path.basename(sys.argv[0]), sys.argv[1:]))\n"
+    )
+
+
+def _service_runner(tool: str) -> str:
+    """The unit's ExecStart: run the stand-in once (its checks, its faults), then stay up."""
+    return (
+        "#!/usr/bin/python3\n"
+        f'"""{tool} service: {STANDIN_NOTICE}; runs the stand-in, then stays running."""\n'
+        "import signal\n"
+        "import sys\n\n"
+        f'sys.path.insert(0, "{SIM_PREFIX}")\n'
+        "from gpuctl.lab.sim.standin import main  # noqa: E402\n\n"
+        f'rc = main("{tool}", sys.argv[1:])\n'
+        "if rc != 0:\n"
+        "    sys.exit(rc)\n"
+        "print('" + tool + ": running (gpuctl lab simulation)', flush=True)\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        "while True:\n"
+        "    signal.pause()\n"
+    )
+
+
+def _unit(service: str) -> str:
+    return (
+        "[Unit]\n"
+        f"Description=NVIDIA fabric manager service ({STANDIN_NOTICE})\n"
+        "After=network-online.target\n\n"
+        "[Service]\n"
+        "Type=simple\n"
+        f"ExecStart={SIM_PREFIX}/{service}-service -c "
+        "/usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+        "TimeoutStopSec=10\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def _sim_sources(src_root: Path) -> list[tuple[Path, str]]:
+    """(file on this machine, path under SIM_PREFIX) for the simulator as it is right now."""
+    pkg = src_root / "gpuctl"
+    files = [(pkg / "__init__.py", "gpuctl/__init__.py")]
+    files.append((pkg / "lab" / "__init__.py", "gpuctl/lab/__init__.py"))
+    sim = pkg / "lab" / "sim"
+    for f in sorted(sim.rglob("*")):
+        if f.is_file() and "__pycache__" not in f.parts and f.suffix not in (".pyc", ".pyo"):
+            files.append((f, f"gpuctl/lab/sim/{f.relative_to(sim).as_posix()}"))
+    if not (sim / "__init__.py").is_file():
+        files.append((Path(os.devnull), "gpuctl/lab/sim/__init__.py"))
+    return files
+
+
+def control_text(spec: PackageSpec, installed_kib: int = 1) -> str:
+    fields = [
+        ("Package", spec.name),
+        ("Version", spec.version),
+        ("Architecture", spec.architecture),
+        ("Maintainer", "gpuctl lab <gpuctl-lab@localhost>"),
+        ("Installed-Size", str(max(installed_kib, 1))),
+    ]
+    if spec.depends:
+        fields.append(("Depends", ", ".join(spec.depends)))
+    fields += [
+        ("Section", "non-free/libs"),
+        ("Priority", "optional"),
+        ("Description", f"{spec.description} ({STANDIN_NOTICE})"),
+    ]
+    body = "".join(f"{k}: {v}\n" for k, v in fields)
+    return body + (
+        f" {STANDIN_NOTICE}: built by gpuctl for lab nodes only; it drives no hardware.\n"
+        f" Name and version as in NVIDIA's repository; see gpuctl/lab/repo_packages.yml.\n"
+    )
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    os.chmod(path, mode)
+
+
+def build_deb(spec: PackageSpec, out_dir: Path, src_root: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="gpuctl-deb-") as tmp:
+        root = Path(tmp) / "pkg"
+        doc = root / "usr" / "share" / "doc" / spec.name / "README.gpuctl-lab"
+        _write(doc, f"{spec.name} {spec.version}: {STANDIN_NOTICE}.\nSource: {spec.source}\n")
+        if spec.sim:
+            for src, rel in _sim_sources(src_root):
+                dest = root / SIM_PREFIX.lstrip("/") / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest)
+                os.chmod(dest, 0o644)
+        for tool in spec.bin:
+            _write(root / "usr" / "bin" / tool, _wrapper(tool), 0o755)
+        if spec.service:
+            tool = spec.bin[0] if spec.bin else spec.service
+            runner = root / SIM_PREFIX.lstrip("/") / f"{spec.service}-service"
+            _write(runner, _service_runner(tool), 0o755)
+            unit = root / "lib" / "systemd" / "system" / f"{spec.service}.service"
+            _write(unit, _unit(spec.service))
+            cfg = root / "usr" / "share" / "nvidia" / "nvswitch" / "fabricmanager.cfg"
+            _write(cfg, f"# {STANDIN_NOTICE}\nLOG_LEVEL=4\nFABRIC_MODE=0\n")
+        for d in root.rglob("*"):
+            if d.is_dir():
+                os.chmod(d, 0o755)  # noqa: S103 - package directories are 0755
+        size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+        control = root / "DEBIAN" / "control"
+        _write(control, control_text(spec, (size + 1023) // 1024))
+        os.chmod(control.parent, 0o755)  # noqa: S103 - DEBIAN/ must be 0755
+        out = out_dir / spec.deb_name
+        run(
+            ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out)],
+            timeout=120,
+        )
+    return out
+
+
+def _digests(path: Path) -> dict[str, str]:
+    data = path.read_bytes()
+    return {
+        "MD5sum": hashlib.md5(data).hexdigest(),  # noqa: S324 - apt index field, not security
+        "SHA1": hashlib.sha1(data).hexdigest(),  # noqa: S324 - apt index field
+        "SHA256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def _deb_control(deb: Path) -> str:
+    return run(["dpkg-deb", "--field", str(deb)], timeout=60).stdout.rstrip("\n")
+
+
+def write_index(repo: Path) -> None:
+    """Packages, Packages.gz and Release for a flat repository (``deb ... ./``)."""
+    stanzas = []
+    for deb in sorted(repo.glob("*.deb")):
+        control = _deb_control(deb)
+        sums = _digests(deb)
+        extra = [f"Filename: ./{deb.name}", f"Size: {deb.stat().st_size}"]
+        extra += [f"{k}: {v}" for k, v in sums.items()]
+        # the index keeps the control file's order, with the file fields before Description
+        lines = control.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("Description:"))
+        stanzas.append("\n".join(lines[:at] + extra + lines[at:]))
+    packages = ("\n\n".join(stanzas) + "\n").encode("utf-8")
+    (repo / "Packages").write_bytes(packages)
+    with gzip.GzipFile(repo / "Packages.gz", "wb", mtime=0) as gz:
+        gz.write(packages)
+    release = [
+        f"Origin: {ORIGIN}",
+        f"Label: {ORIGIN}",
+        "Suite: gpuctl-lab",
+        "Codename: gpuctl-lab",
+        f"Date: {formatdate(usegmt=True)}",
+        "Architectures: amd64 all",
+        f"Description: gpuctl lab package repository ({STANDIN_NOTICE}s)",
+    ]
+    for field, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
+        release.append(f"{field}:")
+        for name in ("Packages", "Packages.gz"):
+            data = (repo / name).read_bytes()
+            digest = hashlib.new(algo, data).hexdigest()
+            release.append(f" {digest} {len(data)} {name}")
+    (repo / "Release").write_text("\n".join(release) + "\n", encoding="utf-8")
+
+
+def _source_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def _inputs_digest(src_root: Path) -> str:
+    h = hashlib.sha256()
+    for path in [Path(__file__), PACKAGES_YML] + [s for s, _ in _sim_sources(src_root)]:
+        h.update(str(path).encode())
+        with contextlib.suppress(OSError):
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def build_repo(dest: Path | None = None, src_root: Path | None = None) -> bool:
+    """Build the lab repository into ``dest``; False (and nothing done) when it is current.
+
+    The stamp covers this module, repo_packages.yml and every simulator file, so a changed
+    simulator is packaged again on the next `gpuctl lab up`.
+    """
+    dest = dest or repo_dir()
+    src_root = src_root or _source_root()
+    want = _inputs_digest(src_root)
+    stamp = dest / _STAMP
+    if stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == want:
+        return False
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest))
+    try:
+        for spec in load_specs():
+            build_deb(spec, tmp, src_root)
+        write_index(tmp)
+        # replace the contents in place: the server keeps serving the same directory
+        for old in dest.iterdir():
+            if old.name != tmp.name and (old.suffix == ".deb" or old.name.startswith("Pack")):
+                old.unlink()
+        for new in tmp.iterdir():
+            new.replace(dest / new.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    stamp.write_text(want + "\n", encoding="utf-8")
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# The two servers
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    name: str  # pid file / log name under run/
+    port: int
+    marker: str  # a string in the process's command line (guards against a reused pid)
+
+    def argv(self) -> list[str]:
+        if self.name == "apt-proxy":
+            cache = cache_dir()
+            return [
+                "/usr/sbin/apt-cacher-ng",
+                "-c",
+                str(_proxy_conf_dir()),
+                "ForeGround=1",
+                f"BindAddress={HOST_ADDRESS}",
+                f"Port={self.port}",
+                f"CacheDir={cache}",
+                f"LogDir={cache / 'log'}",
+                f"SocketPath={_lab_dir() / 'run' / 'apt-proxy.socket'}",
+            ]
+        return [
+            sys.executable,
+            "-m",
+            "http.server",
+            "--bind",
+            HOST_ADDRESS,
+            str(self.port),
+            "--directory",
+            str(repo_dir()),
+        ]
+
+
+def _proxy_conf_dir() -> Path:
+    return _lab_dir() / "apt-proxy"
+
+
+ACNG_CONF = """\
+# gpuctl lab apt proxy (written by gpuctl/lab/repo.py on every start; edits are lost).
+# Not /etc/apt-cacher-ng: its Debian remap sends deb.debian.org requests to the mirrors of
+# backends_debian (ftp.debian.org when that is empty); here each request goes to the host the
+# node asked for (deb.debian.org from the node's sources.list), and is cached by that name.
+SupportDir: /usr/lib/apt-cacher-ng
+ReportPage: acng-report.html
+ExThreshold: 4
+"""
+
+
+def _write_proxy_conf() -> None:
+    d = _proxy_conf_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "acng.conf").write_text(ACNG_CONF, encoding="utf-8")
+
+
+PROXY = Service("apt-proxy", PROXY_PORT, "apt-cacher-ng")
+REPO_SERVER = Service("repo-http", REPO_PORT, "http.server")
+SERVICES = (PROXY, REPO_SERVER)
+
+
+def _pidfile(svc: Service) -> Path:
+    return _run_dir() / f"{svc.name}.pid"
+
+
+def service_pid(svc: Service) -> int | None:
+    try:
+        pid = int(_pidfile(svc).read_text(encoding="utf-8").strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[-1].split()
+    except (OSError, ValueError):
+        return None
+    if state[0] == "Z":
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        return None
+    return pid if svc.marker in cmdline else None
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((HOST_ADDRESS, port)) == 0
+
+
+def start_service(svc: Service, timeout: float = 15) -> bool:
+    """Start one server unless it runs; True when it was started now."""
+    if service_pid(svc) is not None:
+        return False
+    if svc is PROXY:
+        if not Path("/usr/sbin/apt-cacher-ng").exists():
+            raise LabError("apt-cacher-ng is not installed (run scripts/bootstrap.sh --lab)")
+        (cache_dir() / "log").mkdir(parents=True, exist_ok=True)
+        _write_proxy_conf()
+    if _port_open(svc.port):
+        raise LabError(f"{HOST_ADDRESS}:{svc.port} is taken by a process the lab did not start")
+    log = open(_run_dir() / f"{svc.name}.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(  # noqa: S603 - argv list
+        svc.argv(),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd="/",
+    )
+    log.close()
+    _pidfile(svc).write_text(f"{proc.pid}\n", encoding="utf-8")
+    deadline = time.monotonic() + timeout
+    while not _port_open(svc.port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_service(svc)
+            raise LabError(
+                f"{svc.name} did not start on {HOST_ADDRESS}:{svc.port} "
+                f"(see {_run_dir()}/{svc.name}.log)"
+            )
+        time.sleep(0.05)
+    return True
+
+
+def stop_service(svc: Service, timeout: float = 10) -> None:
+    pid = service_pid(svc)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while service_pid(svc) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if service_pid(svc) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            while service_pid(svc) is not None and time.monotonic() < deadline + 5:
+                time.sleep(0.05)
+    _pidfile(svc).unlink(missing_ok=True)
+    (_run_dir() / f"{svc.name}.socket").unlink(missing_ok=True)
+
+
+def start_services() -> list[str]:
+    """Build the repository when stale and start both servers (idempotent); names started."""
+    build_repo()
+    return [svc.name for svc in SERVICES if start_service(svc)]
+
+
+def stop_services() -> None:
+    for svc in SERVICES:
+        stop_service(svc)
+
+
+# ------------------------------------------------------------------------------------------
+# Node configuration
+
+
+def proxy_conf() -> str:
+    return (
+        "// gpuctl lab: Debian packages through the lab's apt proxy (apt-cacher-ng on the bridge)\n"
+        f'Acquire::http::Proxy "{PROXY_URL}";\n'
+        f'Acquire::http::Proxy::{HOST_ADDRESS} "DIRECT";\n'
+    )
+
+
+def source_list() -> str:
+    return (
+        f"# gpuctl lab repository: {STANDIN_NOTICE}s under NVIDIA's package names\n"
+        f"deb [trusted=yes] {REPO_URL} ./\n"
+    )
+
+
+def configure_node_apt(root: Path) -> None:
+    """Point a node's apt at the proxy and the lab repository (its root, before boot)."""
+    for rel, text in ((APT_PROXY_CONF, proxy_conf()), (APT_SOURCE, source_list())):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)

@@ -1,0 +1,113 @@
+"""Packages inside lab nodes, the way a real cluster gets them (needs root).
+
+Debian packages come through the lab's apt proxy (apt-cacher-ng on the bridge address), the
+NVIDIA stand-ins from the lab repository (http.server on the bridge address); the nodes keep no
+route beyond the bridge. The lab comes up once for the module and goes down at its end.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuctl.lab import lab, repo
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
+]
+
+DRIVER = "nvidia-open"  # NVIDIA's metapackage name for the R570 open-module driver
+STANDIN = Path(repo.__file__).parent / "sim" / "standin.py"
+APT = "DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0"
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[str]:
+    lab.down()
+    result = lab.up(1)
+    yield result.status.nodes[-1].address  # gpu001
+    lab.down()
+
+
+def ssh(address: str, command: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        lab.ssh_argv(address, ["sh", "-c", f"'{command}'"]),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _refused(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((host, port)) != 0
+
+
+def test_servers_listen_on_the_bridge_address_only(node: str) -> None:
+    for svc in repo.SERVICES:
+        assert repo.service_pid(svc) is not None, svc.name
+        assert not _refused(repo.HOST_ADDRESS, svc.port)
+        assert _refused("127.0.0.1", svc.port)  # bound to 198.18.0.1, not to every address
+
+
+def test_apt_update_and_munge_through_the_proxy(node: str) -> None:
+    res = ssh(node, f"apt-get -q update && {APT} install munge")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    res = ssh(node, "munge -n | unmunge")
+    assert "STATUS:" in res.stdout
+    assert "Success" in res.stdout, res.stdout + res.stderr
+    cached = list(repo.cache_dir().rglob("munge_*.deb"))
+    assert cached, "the proxy did not cache the package it served"
+
+
+def test_driver_installs_from_the_lab_repository(node: str) -> None:
+    res = ssh(node, f"{APT} install {DRIVER}")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    res = ssh(node, f"apt-cache policy {DRIVER}")
+    assert "Installed: 570.172.08-1" in res.stdout, res.stdout
+    assert "http://198.18.0.1:8081 ./ Packages" in res.stdout
+    info = ssh(node, "dpkg-query -W -f=\\${Description} nvidia-smi").stdout
+    assert repo.STANDIN_NOTICE in info
+    assert ssh(node, "test -x /usr/bin/nvidia-smi").returncode == 0
+
+
+@pytest.mark.skipif(not STANDIN.is_file(), reason="gpuctl/lab/sim/standin.py not written yet")
+def test_nvidia_smi_runs(node: str) -> None:
+    res = ssh(node, "nvidia-smi")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.skipif(not STANDIN.is_file(), reason="gpuctl/lab/sim/standin.py not written yet")
+def test_fabric_manager_is_a_real_systemd_service(node: str) -> None:
+    res = ssh(
+        node, f"{APT} install nvidia-fabricmanager-570 && systemctl start nvidia-fabricmanager"
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    res = ssh(node, "systemctl status nvidia-fabricmanager")
+    assert "Active: active (running)" in res.stdout, res.stdout + res.stderr
+
+
+def test_node_still_has_no_default_route(node: str) -> None:
+    routes = ssh(node, "ip route; ip -6 route").stdout
+    assert "default" not in routes
+    # the lab repository is reached directly, Debian only through the proxy
+    res = ssh(node, "apt-config dump | grep -i proxy")
+    assert 'Acquire::http::Proxy "http://198.18.0.1:3142";' in res.stdout
+
+
+def test_down_stops_both_servers(node: str) -> None:
+    lab.down()
+    # no connect test: without the bridge, 198.18.0.1 is routed off this machine
+    listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
+    for svc in repo.SERVICES:
+        assert repo.service_pid(svc) is None
+        assert f"{repo.HOST_ADDRESS}:{svc.port} " not in listening
+    assert (repo.repo_dir() / "Packages").is_file()  # the caches stay

@@ -1,0 +1,175 @@
+"""The lab repository's packages and index (gpuctl/lab/repo.py), built into a tmp dir.
+
+No root and no lab needed: dpkg-deb builds and reads the packages back.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuctl.lab import lab, repo
+
+pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
+
+DRIVER = "570.172.08-1"
+
+
+def _stanzas(text: str) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for block in text.strip().split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            if not line.startswith(" "):
+                key, _, value = line.partition(": ")
+                fields[key] = value
+        out[fields["Package"]] = fields
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("repo")
+    assert repo.build_repo(dest) is True
+    return dest
+
+
+def test_specs_use_nvidias_names_and_versions() -> None:
+    specs = {s.name: s for s in repo.load_specs()}
+    for name in ("nvidia-open", "cuda-drivers-570", "nvidia-driver", "nvidia-smi"):
+        assert specs[name].version == DRIVER
+    assert specs["nvidia-fabricmanager-570"].version == DRIVER
+    assert specs["libnccl2"].version == "2.26.2-1+cuda12.8"
+    assert specs["datacenter-gpu-manager-4-core"].version.startswith("1:4.")
+    assert all(s.source for s in specs.values())  # every name/version says where it is from
+    assert repo.HOST_ADDRESS == lab.HOST_ADDRESS
+
+
+def test_control_files_name_the_stand_in(built: Path) -> None:
+    for spec in repo.load_specs():
+        deb = built / spec.deb_name
+        info = subprocess.run(
+            ["dpkg-deb", "--info", str(deb)], capture_output=True, text=True, check=True
+        ).stdout
+        assert f"Package: {spec.name}" in info
+        assert f"Version: {spec.version}" in info
+        assert f"Architecture: {spec.architecture}" in info
+        assert repo.STANDIN_NOTICE in info
+
+
+def _contents(deb: Path) -> dict[str, str]:
+    """path -> mode string, from dpkg-deb --contents."""
+    out = subprocess.run(
+        ["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True, check=True
+    ).stdout
+    return {line.split()[-1].lstrip("."): line.split()[0] for line in out.splitlines()}
+
+
+def test_driver_ships_the_simulator_and_nvidia_smi(built: Path) -> None:
+    lib = _contents(built / f"libnvidia-ml1_{DRIVER}_amd64.deb")
+    for path in (
+        "/usr/lib/gpuctl-lab-sim/gpuctl/__init__.py",
+        "/usr/lib/gpuctl-lab-sim/gpuctl/lab/__init__.py",
+        "/usr/lib/gpuctl-lab-sim/gpuctl/lab/sim/__init__.py",
+    ):
+        assert path in lib
+    sim = Path(repo.__file__).parent / "sim"
+    for f in sim.glob("*.py"):  # the simulator as it is now, whatever it holds
+        assert f"/usr/lib/gpuctl-lab-sim/gpuctl/lab/sim/{f.name}" in lib
+    smi = _contents(built / f"nvidia-smi_{DRIVER}_amd64.deb")
+    assert smi["/usr/bin/nvidia-smi"].startswith("-rwxr-xr-x")
+    dcgm = _contents(built / "datacenter-gpu-manager-4-core_4.4.1-1_amd64.deb")
+    assert "/usr/bin/dcgmi" in dcgm
+    assert "/usr/bin/all_reduce_perf" in _contents(built / "libnccl2_2.26.2-1+cuda12.8_amd64.deb")
+
+
+def test_wrapper_calls_the_standin(built: Path, tmp_path: Path) -> None:
+    subprocess.run(
+        ["dpkg-deb", "-x", str(built / f"nvidia-smi_{DRIVER}_amd64.deb"), str(tmp_path)],
+        check=True,
+    )
+    text = (tmp_path / "usr/bin/nvidia-smi").read_text()
+    assert text.startswith("#!/usr/bin/python3\n")
+    assert 'sys.path.insert(0, "/usr/lib/gpuctl-lab-sim")' in text
+    assert "main(os.path.basename(sys.argv[0]), sys.argv[1:])" in text
+    compile(text, "nvidia-smi", "exec")
+
+
+def test_fabric_manager_ships_a_systemd_unit(built: Path, tmp_path: Path) -> None:
+    deb = built / f"nvidia-fabricmanager-570_{DRIVER}_amd64.deb"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
+    unit = (tmp_path / "lib/systemd/system/nvidia-fabricmanager.service").read_text()
+    assert "ExecStart=/usr/lib/gpuctl-lab-sim/nvidia-fabricmanager-service" in unit
+    runner = (tmp_path / "usr/lib/gpuctl-lab-sim/nvidia-fabricmanager-service").read_text()
+    assert "signal.pause()" in runner  # stays running, as the real daemon does
+    compile(runner, "runner", "exec")
+
+
+def test_packages_index_matches_the_files(built: Path) -> None:
+    text = (built / "Packages").read_text()
+    with gzip.open(built / "Packages.gz", "rt") as fh:
+        assert fh.read() == text
+    index = _stanzas(text)
+    specs = repo.load_specs()
+    assert set(index) == {s.name for s in specs}
+    for spec in specs:
+        entry = index[spec.name]
+        deb = built / spec.deb_name
+        assert entry["Filename"] == f"./{spec.deb_name}"
+        assert entry["Version"] == spec.version
+        assert int(entry["Size"]) == deb.stat().st_size
+        assert entry["SHA256"] == hashlib.sha256(deb.read_bytes()).hexdigest()
+        assert repo.STANDIN_NOTICE in entry["Description"]
+    assert index["nvidia-open"]["Depends"] == (
+        f"nvidia-driver (= {DRIVER}), nvidia-kernel-open-dkms (= {DRIVER})"
+    )
+    release = (built / "Release").read_text()
+    assert "Origin: gpuctl-lab" in release
+    digest = hashlib.sha256((built / "Packages").read_bytes()).hexdigest()
+    assert f" {digest} {len(text.encode())} Packages\n" in release
+
+
+def test_dpkg_scanpackages_agrees(built: Path) -> None:
+    if shutil.which("dpkg-scanpackages") is None:
+        pytest.skip("dpkg-dev not installed")
+    res = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", "."],
+        cwd=built,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    theirs = _stanzas(res.stdout)
+    ours = _stanzas((built / "Packages").read_text())
+    for name, fields in theirs.items():
+        for key in ("Version", "Depends", "Size", "SHA256", "Architecture"):
+            assert ours[name].get(key) == fields.get(key), (name, key)
+
+
+def test_second_build_is_a_no_op(built: Path) -> None:
+    before = (built / "Packages").read_bytes()
+    assert repo.build_repo(built) is False
+    assert (built / "Packages").read_bytes() == before
+
+
+def test_node_apt_configuration(tmp_path: Path) -> None:
+    repo.configure_node_apt(tmp_path)
+    proxy = (tmp_path / "etc/apt/apt.conf.d/01gpuctl-lab-proxy").read_text()
+    assert 'Acquire::http::Proxy "http://198.18.0.1:3142";' in proxy
+    assert 'Acquire::http::Proxy::198.18.0.1 "DIRECT";' in proxy  # the lab repo, not proxied
+    source = (tmp_path / "etc/apt/sources.list.d/gpuctl-lab.list").read_text()
+    assert "deb [trusted=yes] http://198.18.0.1:8081 ./" in source
+
+
+def test_servers_bind_the_bridge_address_only() -> None:
+    proxy = repo.PROXY.argv()
+    assert "BindAddress=198.18.0.1" in proxy
+    assert "Port=3142" in proxy
+    server = repo.REPO_SERVER.argv()
+    assert server[server.index("--bind") + 1] == "198.18.0.1"
+    assert "8081" in server
