@@ -1,0 +1,250 @@
+"""Injected hardware faults: their names, how a VALUE is written, and the stored form.
+
+A node's faults are one JSON object (``/var/lib/gpuctl-lab-sim/faults.json`` inside the node),
+fault name -> stored value. :func:`apply` parses ``NAME=VALUE`` text (what a person types) into
+that form; the generators only read it. Standard library only: this module runs inside lab nodes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Faults = dict[str, Any]
+
+
+class FaultError(ValueError):
+    """An unknown fault name or a VALUE that does not fit the fault (a usage error)."""
+
+
+def _int(text: str, what: str, low: int = 0, high: int = 1 << 20) -> int:
+    if not re.fullmatch(r"\d+", text.strip()):
+        raise FaultError(f"{what}: expected a whole number, got {text!r}")
+    value = int(text)
+    if not low <= value <= high:
+        raise FaultError(f"{what}: {value} is outside {low}..{high}")
+    return value
+
+
+def _factor(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise FaultError(f"{what}: expected a factor such as 0.5, got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise FaultError(f"{what}: factor {value} is outside (0, 1]")
+    return value
+
+
+def _gpu_list(text: str) -> list[int]:
+    items = [part for part in text.split(",") if part.strip()]
+    if not items:
+        raise FaultError("gpu_lost: expected GPU indexes such as 3 or 3,5")
+    return sorted({_int(part, "gpu_lost GPU", 0, 63) for part in items})
+
+
+def _xid(text: str) -> list[dict[str, int]]:
+    events = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*[:@]\s*(\d+)\s*", part)
+        if not match:
+            raise FaultError(f"xid: expected XID:GPU such as 13:2, got {part!r}")
+        events.append(
+            {
+                "xid": _int(match.group(1), "xid number", 1, 1000),
+                "gpu": _int(match.group(2), "xid GPU", 0, 63),
+            }
+        )
+    return events
+
+
+def _ecc(text: str) -> dict[str, int]:
+    parts = text.split(":")
+    if len(parts) > 2:
+        raise FaultError(f"ecc: expected GPU[:COUNT], got {text!r}")
+    count = _int(parts[1], "ecc count", 1, 1_000_000) if len(parts) == 2 else 2
+    return {"gpu": _int(parts[0], "ecc GPU", 0, 63), "uncorrectable": count}
+
+
+def _nvlink(text: str) -> dict[str, Any]:
+    match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
+    if not match:
+        raise FaultError(
+            f"nvlink_degraded: expected GPU-GPU[:LINKS_DOWN] such as 0-1:4, got {text!r}"
+        )
+    first = _int(match.group(1), "nvlink_degraded GPU", 0, 63)
+    second = _int(match.group(2), "nvlink_degraded GPU", 0, 63)
+    if first == second:
+        raise FaultError("nvlink_degraded: the two GPUs must differ")
+    down = _int(match.group(3), "nvlink_degraded links", 1, 18) if match.group(3) else 2
+    return {"gpus": sorted([first, second]), "links_down": down}
+
+
+def _pcie(text: str) -> dict[str, int | None]:
+    parts = text.split(":")
+    if len(parts) > 3:
+        raise FaultError(f"pcie_degraded: expected GPU[:WIDTH[:GEN]], got {text!r}")
+    width = _int(parts[1], "pcie_degraded width", 1, 16) if len(parts) > 1 else 8
+    if width not in (1, 2, 4, 8, 16):
+        raise FaultError(f"pcie_degraded: width {width} is not 1, 2, 4, 8 or 16")
+    gen = _int(parts[2], "pcie_degraded gen", 1, 6) if len(parts) > 2 else None
+    return {"gpu": _int(parts[0], "pcie_degraded GPU", 0, 63), "width": width, "gen": gen}
+
+
+_HCA = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _port_down(text: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for part in text.split(","):
+        name, _, state = part.strip().partition(":")
+        state = state or "Down"
+        if not _HCA.fullmatch(name):
+            raise FaultError(f"ib_port_down: expected HCA[:Down|Disabled], got {part!r}")
+        if state not in ("Down", "Disabled"):
+            raise FaultError(f"ib_port_down: state must be Down or Disabled, got {state!r}")
+        result[name] = state
+    return result
+
+
+_RATES = (10, 14, 25, 40, 50, 56, 100, 200, 400, 800)
+
+
+def _ib_rate(text: str) -> dict[str, int]:
+    result: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, rate = part.strip().partition(":")
+        if not sep or not _HCA.fullmatch(name):
+            raise FaultError(f"ib_rate: expected HCA:RATE such as mlx5_2:200, got {part!r}")
+        value = _int(rate, "ib_rate rate", 1, 800)
+        if value not in _RATES:
+            raise FaultError(f"ib_rate: {value} is not a link rate ({', '.join(map(str, _RATES))})")
+        result[name] = value
+    return result
+
+
+def _wrong(text: str) -> int:
+    return _int(text or "1", "nccl_wrong count", 1, 1 << 40)
+
+
+def _flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("", "1", "true", "yes", "on"):
+        return True
+    raise FaultError(f"expected no value or true, got {text!r} (use clear to remove a fault)")
+
+
+def _version(text: str) -> str:
+    if not re.fullmatch(r"\d+(\.\d+){1,3}", text.strip()):
+        raise FaultError(
+            f"fabricmanager_version: expected a version such as 535.104.05, got {text!r}"
+        )
+    return text.strip()
+
+
+def _throttle(text: str) -> list[int] | str:
+    if text.strip().lower() in ("", "all"):
+        return "all"
+    return sorted({_int(part, "clocks_throttled GPU", 0, 63) for part in text.split(",")})
+
+
+_TARGET = re.compile(r"gpu|gpu\d+|hca|mlx5_\w+|fabricmanager")
+
+
+def _firmware(text: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for part in text.split(","):
+        target, sep, version = part.strip().partition("=")
+        if not sep or not _TARGET.fullmatch(target) or not re.fullmatch(r"[0-9A-Fa-f.]+", version):
+            raise FaultError(
+                "firmware: expected TARGET=VERSION (TARGET gpu, gpuN, hca, mlx5_N or "
+                f"fabricmanager), got {part!r}"
+            )
+        result[target] = version
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    name: str
+    value_help: str
+    description: str
+    parse: Callable[[str], Any]
+    merge: bool = False  # apply merges a mapping into the stored one instead of replacing it
+
+
+SPECS: dict[str, FaultSpec] = {
+    spec.name: spec
+    for spec in (
+        FaultSpec("gpu_lost", "GPU[,GPU...]", "GPU fell off the bus (Xid 79)", _gpu_list),
+        FaultSpec("xid", "XID:GPU[,XID:GPU...]", "Xid events in the kernel log", _xid),
+        FaultSpec("ecc", "GPU[:COUNT]", "uncorrectable DRAM ECC errors, row remap pending", _ecc),
+        FaultSpec("nvlink_degraded", "GPU-GPU[:LINKS]", "NVLinks down between two GPUs", _nvlink),
+        FaultSpec("pcie_degraded", "GPU[:WIDTH[:GEN]]", "PCIe link below its maximum", _pcie),
+        FaultSpec(
+            "ib_port_down", "HCA[:Down|Disabled]", "an HCA port not Active", _port_down, True
+        ),
+        FaultSpec("ib_rate", "HCA:RATE", "an HCA port at a lower rate", _ib_rate, True),
+        FaultSpec(
+            "nccl_slow", "FACTOR", "NCCL busbw times FACTOR", lambda v: _factor(v, "nccl_slow")
+        ),
+        FaultSpec("nccl_wrong", "[COUNT]", "NCCL results with wrong elements", _wrong),
+        FaultSpec("fabricmanager_failed", "", "nvidia-fabricmanager not running", _flag),
+        FaultSpec("fabricmanager_version", "VERSION", "fabric manager version differs", _version),
+        FaultSpec("clocks_throttled", "[all|GPU,...]", "HW Slowdown clock event active", _throttle),
+        FaultSpec(
+            "slow_node", "FACTOR", "every bandwidth times FACTOR", lambda v: _factor(v, "slow_node")
+        ),
+        FaultSpec("firmware", "TARGET=VERSION", "a firmware version overridden", _firmware, True),
+    )
+}
+
+NAMES: tuple[str, ...] = tuple(SPECS)
+
+
+def spec(name: str) -> FaultSpec:
+    try:
+        return SPECS[name]
+    except KeyError:
+        raise FaultError(f"unknown fault {name!r}; known faults: {', '.join(NAMES)}") from None
+
+
+def parse_value(name: str, value: str) -> Any:
+    """The stored form of ``VALUE`` for fault ``name`` (raises FaultError when it does not fit)."""
+    return spec(name).parse(value)
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``"ib_port_down=mlx5_3"`` -> ``("ib_port_down", {"mlx5_3": "Down"})``."""
+    name, _, value = text.partition("=")
+    return name.strip(), parse_value(name.strip(), value)
+
+
+def apply(faults: Mapping[str, Any], name: str, value: str = "") -> Faults:
+    """A copy of ``faults`` with fault ``name`` set to the parsed ``value``."""
+    fault = spec(name)
+    parsed = fault.parse(value)
+    result = dict(faults)
+    previous = result.get(name)
+    if fault.merge and isinstance(previous, dict) and isinstance(parsed, dict):
+        result[name] = {**previous, **parsed}
+    else:
+        result[name] = parsed
+    return result
+
+
+def clear(faults: Mapping[str, Any], name: str | None = None) -> Faults:
+    """A copy of ``faults`` without fault ``name`` (without any fault when ``name`` is None)."""
+    if name is None:
+        return {}
+    spec(name)
+    return {key: value for key, value in faults.items() if key != name}
+
+
+def validate(faults: Mapping[str, Any]) -> Faults:
+    """Check a stored faults object (read back from JSON): known names only."""
+    for name in faults:
+        spec(name)
+    return dict(faults)

@@ -1,0 +1,155 @@
+"""InfiniBand/RoCE tool outputs for a simulated node: ``ibstat``, ``ibv_devinfo``, ``ibdev2netdev``.
+Layouts are copied from real captures in tests/fixtures/ib. Standard library only.
+"""
+
+from __future__ import annotations
+
+from .common import Faults, Hca, Profile, hcas
+
+_SPEED = {  # per-lane speed ibv_devinfo prints for a 4X link of this rate
+    800: "200.0 Gbps (256)",
+    400: "100.0 Gbps (128)",
+    200: "50.0 Gbps (64)",
+    100: "25.0 Gbps (32)",
+    56: "14.0 Gbps (16)",
+    40: "10.0 Gbps (8)",
+    10: "2.5 Gbps (1)",
+}
+
+
+def _cap_mask(hca: Hca) -> str:
+    return "0x00010000" if hca.link_layer == "Ethernet" else "0xa751e848"
+
+
+def _ibstat_ca(hca: Hca, port: str | None = None) -> list[str]:
+    ethernet = hca.link_layer == "Ethernet"
+    port_lines = [
+        "        Port 1:",
+        f"                State: {hca.state}",
+        f"                Physical state: {hca.physical_state}",
+        f"                Rate: {hca.rate}",
+        f"                Base lid: {0 if ethernet or not hca.active else hca.lid}",
+        "                LMC: 0",
+        f"                SM lid: {0 if ethernet or not hca.active else 1}",
+        f"                Capability mask: {_cap_mask(hca)}",
+        f"                Port GUID: {hca.port_guid}",
+        f"                Link layer: {hca.link_layer}",
+    ]
+    if port is not None:  # `ibstat mlx5_0 1`: the port block alone, one level less indented
+        return [line[8:] for line in port_lines[1:]]
+    return [
+        f"CA '{hca.name}'",
+        f"        CA type: {hca.ca_type}",
+        "        Number of ports: 1",
+        f"        Firmware version: {hca.firmware}",
+        "        Hardware version: 0",
+        f"        Node GUID: {hca.node_guid}",
+        f"        System image GUID: {hca.node_guid}",
+        *port_lines,
+    ]
+
+
+class IbError(Exception):
+    """What the real tool would print on stderr, and its exit status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def ibstat(
+    profile: Profile, faults: Faults, node: str, ca: str | None = None, port: str | None = None
+) -> str:
+    devices = hcas(profile, faults, node)
+    if ca is not None:
+        devices = [d for d in devices if d.name == ca]
+        if not devices:
+            raise IbError(
+                f"ibpanic: [{4000 + len(ca)}] main: stat of IB device '{ca}' failed: "
+                "No such file or directory\n",
+                255,
+            )
+        if port is not None and port != "1":
+            raise IbError(f"ibpanic: [4001] main: {ca}: port {port} not found\n", 255)
+    lines: list[str] = []
+    for hca in devices:
+        lines += _ibstat_ca(hca, port)
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def ibstat_list(profile: Profile, faults: Faults, node: str) -> str:
+    return "".join(f"{hca.name}\n" for hca in hcas(profile, faults, node))
+
+
+def _colon_guid(guid: str) -> str:
+    digits = guid.removeprefix("0x").rjust(16, "0")
+    return ":".join(digits[i : i + 4] for i in range(0, 16, 4))
+
+
+def ibv_devinfo(
+    profile: Profile, faults: Faults, node: str, device: str | None = None, verbose: bool = False
+) -> str:
+    devices = hcas(profile, faults, node)
+    if not devices:
+        raise IbError("No IB devices found\n", 255)
+    if device is not None:
+        devices = [d for d in devices if d.name == device]
+        if not devices:
+            raise IbError(f"IB device '{device}' wasn't found\n", 255)
+    nics = profile["nics"]
+    blocks = []
+    for hca in devices:
+        ethernet = hca.link_layer == "Ethernet"
+        state = "PORT_ACTIVE (4)" if hca.active else "PORT_DOWN (1)"
+        lines = [
+            f"hca_id:\t{hca.name}",
+            "\ttransport:\t\t\tInfiniBand (0)",
+            f"\tfw_ver:\t\t\t\t{hca.firmware}",
+            f"\tnode_guid:\t\t\t{_colon_guid(hca.node_guid)}",
+            f"\tsys_image_guid:\t\t\t{_colon_guid(hca.node_guid)}",
+            "\tvendor_id:\t\t\t0x02c9",
+            f"\tvendor_part_id:\t\t\t{nics['vendor_part_id']}",
+            "\thw_ver:\t\t\t\t0x0",
+            f"\tboard_id:\t\t\t{nics['board_id']}",
+            "\tphys_port_cnt:\t\t\t1",
+            "\t\tport:\t1",
+            f"\t\t\tstate:\t\t\t{state}",
+            "\t\t\tmax_mtu:\t\t4096 (5)",
+            f"\t\t\tactive_mtu:\t\t{'1024 (3)' if ethernet else '4096 (5)'}",
+            f"\t\t\tsm_lid:\t\t\t{0 if ethernet or not hca.active else 1}",
+            f"\t\t\tport_lid:\t\t{0 if ethernet or not hca.active else hca.lid}",
+            "\t\t\tport_lmc:\t\t0x00",
+            f"\t\t\tlink_layer:\t\t{hca.link_layer}",
+        ]
+        if verbose:
+            lines += [
+                "\t\t\tmax_msg_sz:\t\t0x40000000",
+                f"\t\t\tport_cap_flags:\t\t{_cap_mask(hca)}",
+                "\t\t\tactive_width:\t\t4X (2)",
+                f"\t\t\tactive_speed:\t\t{_SPEED.get(hca.rate, '2.5 Gbps (1)')}",
+                f"\t\t\tphys_state:\t\t{_phys_state(hca)}",
+            ]
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks) + "\n"
+
+
+def _phys_state(hca: Hca) -> str:
+    return {"LinkUp": "LINK_UP (5)", "Disabled": "DISABLED (3)"}.get(
+        hca.physical_state, "POLLING (2)"
+    )
+
+
+def ibv_devices(profile: Profile, faults: Faults, node: str) -> str:
+    """``ibv_devinfo -l``."""
+    devices = hcas(profile, faults, node)
+    return f"{len(devices)} HCA{'s' if len(devices) != 1 else ''} found:\n" + "".join(
+        f"\t{hca.name}\n" for hca in devices
+    )
+
+
+def ibdev2netdev(profile: Profile, faults: Faults, node: str) -> str:
+    return "".join(
+        f"{hca.name} port 1 ==> {hca.netdev} ({'Up' if hca.active else 'Down'})\n"
+        for hca in hcas(profile, faults, node)
+    )

@@ -1,0 +1,87 @@
+"""Kernel log lines (``NVRM: Xid ...``) the faults leave behind, and ``dmesg`` around them.
+Line formats follow tests/fixtures/kernel-xid. Standard library only.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .common import Faults, Gpu, Profile, all_gpus, digest
+
+_NODE = "lab"  # kernel lines carry no node name; only the pid numbers depend on it
+
+_MESSAGES = {
+    13: "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address",
+    31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3c_00000000. "
+    "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    43: "Ch 00000008",
+    45: "Ch 00000008",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+    "at physAddr 0x12bac1c3e0 partition 2, subpartition 1.",
+    61: "Internal micro-controller breakpoint/warning (GPU-side issue)",
+    62: "Internal micro-controller halt (GPU-side issue)",
+    63: "Row Remapper: New row (0x00000012bac1c3e0) marked for remapping, reset gpu to activate.",
+    64: "Row Remapper: Failed to remap row (0x00000012bac1c3e0)",
+    74: "NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    79: "GPU has fallen off the bus.",
+    92: "High single-bit ECC error rate",
+    94: "Contained: SM (0x1). RST: No, D-RST: No",
+    95: "Uncontained: FBHUB. RST: Yes, D-RST: No",
+    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 "
+    "(GSP_RM_CONTROL) (0x20802a02 0x8).",
+}
+
+
+def _line(gpu: Gpu, xid: int, pid: str = "'<unknown>'", name: str = "<unknown>") -> str:
+    message = _MESSAGES.get(xid, "Unknown Xid")
+    return f"NVRM: Xid (PCI:{gpu.short_pci.lower()}): {xid}, pid={pid}, name={name}, {message}"
+
+
+def kernel_log_lines(profile: Profile, faults: Faults, node: str = _NODE) -> list[str]:
+    """The ``NVRM: Xid`` lines these faults put in the kernel log, oldest first."""
+    gpus = {gpu.physical: gpu for gpu in all_gpus(profile, node)}
+    lines: list[str] = []
+    ecc = faults.get("ecc")
+    if ecc and ecc["gpu"] in gpus:
+        lines.append(_line(gpus[ecc["gpu"]], 48))
+        lines.append(_line(gpus[ecc["gpu"]], 63))
+    nvlink = faults.get("nvlink_degraded")
+    if nvlink:
+        for index in nvlink["gpus"]:
+            if index in gpus:
+                lines.append(_line(gpus[index], 74))
+    for event in faults.get("xid") or ():
+        if event["gpu"] in gpus:
+            pid = str(1000 + digest(node, "xid-pid", event["xid"]) % 3_000_000)
+            lines.append(_line(gpus[event["gpu"]], int(event["xid"]), pid, "python3"))
+    for index in faults.get("gpu_lost") or ():
+        if index in gpus:
+            lines.append(_line(gpus[index], 79))
+    return lines
+
+
+def dmesg(
+    profile: Profile, faults: Faults, node: str, *, iso: bool = False, now: float | None = None
+) -> str:
+    """A short boot log, the fault lines last (``dmesg``, ``dmesg --time-format iso``)."""
+    boot = [
+        "Linux version 6.1.0-31-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14)"
+        " 12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.128-1",
+        f"nvidia-nvlink: Nvlink Core is being initialized, major device number {237}",
+        f"NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  {profile['driver_version']}  "
+        "Release Build  (dvs-builder@U16-I3-B13-4-1)  Tue Feb 25 00:00:00 UTC 2025",
+        "nvidia-modeset: Loading NVIDIA UNIX Open Kernel Mode Setting Driver for x86_64  "
+        f"{profile['driver_version']}  Release Build  (dvs-builder@U16-I3-B13-4-1)",
+    ]
+    messages = boot + kernel_log_lines(profile, faults, node)
+    started = (now if now is not None else time.time()) - 3600.0
+    out = []
+    for i, message in enumerate(messages):
+        offset = 1.5 + i * 7.25 if i < len(boot) else 1800.0 + i * 0.01
+        if iso:
+            stamp = started + offset
+            whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stamp))
+            out.append(f"{whole},{int((stamp % 1) * 1e6):06d}+00:00 {message}")
+        else:
+            out.append(f"[{offset:12.6f}] {message}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,271 @@
+"""Benchmark outputs for a simulated node: nccl-tests ``all_reduce_perf`` and perftest
+``ib_write_bw`` (client and server). Bandwidths come from the profile's ``expected`` numbers and
+the faults. Layouts are copied from tests/fixtures/nccl-tests and tests/fixtures/perftest.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .common import Faults, Hca, Profile, digest, fabric_ok, hcas, nccl_factor, visible_gpus
+
+NCCL_TESTS_VERSION = "2.17.9"
+NCCL_CODE = "22602"  # NCCL 2.26.2
+GIB8 = 8 << 30
+LATENCY_US = 28.0
+
+
+class ToolFailure(Exception):
+    """The tool's failure output (printed as is) and its exit status."""
+
+    def __init__(self, output: str, status: int = 1) -> None:
+        super().__init__(output)
+        self.output = output
+        self.status = status
+
+
+def parse_size(text: str) -> int:
+    """nccl-tests / perftest sizes: ``8``, ``64K``, ``8M``, ``8G``."""
+    match = re.fullmatch(r"(\d+)([KkMmGg]?)[Bb]?", text.strip())
+    if not match:
+        raise ValueError(f"invalid size {text!r}")
+    shift = {"": 0, "k": 10, "m": 20, "g": 30}[match.group(2).lower()]
+    return int(match.group(1)) << shift
+
+
+# ------------------------------------------------------------------------------------------
+# all_reduce_perf
+
+
+@dataclass(frozen=True, slots=True)
+class NcclArgs:
+    min_bytes: int = 32 << 20
+    max_bytes: int = 32 << 20
+    factor: int = 2
+    gpus: int = 1
+    iters: int = 20
+    warmup: int = 1
+    check: int = 1
+    dtype: str = "float"
+    op: str = "sum"
+
+
+_TYPE_SIZE = {"int8": 1, "uint8": 1, "half": 2, "bfloat16": 2, "float": 4, "int32": 4, "double": 8}
+
+
+def _fmt_time(value: float) -> str:
+    """nccl-tests prints the time in 7 characters: fewer decimals as it grows."""
+    if value < 10_000:
+        return f"{value:7.2f}"
+    return f"{value:7.1f}" if value < 100_000 else f"{value:7.0f}"
+
+
+def all_reduce_perf(profile: Profile, faults: Faults, node: str, args: NcclArgs) -> str:
+    """The output of a single-node run; raises ToolFailure as nccl-tests fails."""
+    gpus = visible_gpus(profile, faults, node)
+    pid = 10_000 + digest(node, "pid") % 50_000
+    if args.gpus > len(gpus):
+        raise ToolFailure(
+            f"{node}: Test CUDA failure common.cu:1030 'invalid device ordinal'\n"
+            f" .. {node} pid {pid}: Test failure common.cu:891\n"
+        )
+    if not fabric_ok(profile, faults):
+        raise ToolFailure(
+            f"{node}: Test CUDA failure common.cu:1030 'system not yet initialized'\n"
+            f" .. {node} pid {pid}: Test failure common.cu:891\n"
+        )
+    n = args.gpus
+    bus_factor = 2.0 * (n - 1) / n
+    target = float(profile["expected"]["nccl_all_reduce_busbw_gbs"]) * nccl_factor(profile, faults)
+    # peak algbw (GB/s = bytes/ns) chosen so that busbw at 8 GiB is exactly the target
+    if bus_factor and target > 0:
+        alg_at_8g = target / bus_factor
+        peak = GIB8 / (GIB8 / alg_at_8g - LATENCY_US * 1e3)
+    else:
+        peak = 900.0  # one GPU: a device-local copy
+    wrong = int(faults.get("nccl_wrong") or 0)
+    lines = [
+        f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={NCCL_CODE} "
+        f"nccl-library={NCCL_CODE}",
+        "# Collective test starting: all_reduce_perf",
+        f"# nThread 1 nGpus {n} minBytes {args.min_bytes} maxBytes {args.max_bytes} "
+        f"step: {args.factor}(factor) warmup iters: {args.warmup} iters: {args.iters} "
+        f"agg iters: 1 validation: {args.check} graph: 0",
+        "#",
+        "# Using devices",
+    ]
+    for rank, gpu in enumerate(gpus[:n]):
+        busid = gpu.bus_id[4:].removesuffix(".0")  # 0000:18:00
+        lines.append(
+            f"#  Rank {rank:>2} Group  0 Pid {pid:>6} on {node:>10} device {rank:>2} "
+            f"[{busid}] {gpu.name}"
+        )
+    wrong_head = "#wrong" if args.check else " error"
+    lines += [
+        "#",
+        "#                                                              out-of-place"
+        "                       in-place          ",
+        "#       size         count      type   redop    root     time   algbw   busbw"
+        f"  {wrong_head}     time   algbw   busbw  {wrong_head} ",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+        "             (us)  (GB/s)  (GB/s)         ",
+    ]
+    elem = _TYPE_SIZE.get(args.dtype, 4)
+    size = max(args.min_bytes, elem)
+    size -= size % elem
+    total_bus = 0.0
+    rows = 0
+    wrong_total = 0
+    while True:
+        count = size // elem
+        cells = []
+        for place in ("out", "in"):
+            time_us = LATENCY_US + size / (peak * 1e3)
+            time_us *= 1.0 + (digest(node, size, place) % 200 - 100) / 10_000.0
+            algbw = size / (time_us * 1e3)
+            busbw = algbw * bus_factor
+            if place == "out":
+                total_bus += busbw
+            bad = wrong if wrong and size >= (1 << 20) else 0
+            wrong_total += bad
+            check = f"{bad:>6}" if args.check else "   N/A"
+            cells.append(f"  {_fmt_time(time_us)}  {algbw:6.2f}  {busbw:6.2f}  {check}")
+        lines.append(
+            f"{size:>12}  {count:>12}  {args.dtype:>8}  {args.op:>6}  {-1:>6}" + "".join(cells)
+        )
+        rows += 1
+        following = size * args.factor
+        if args.factor < 2 or following > args.max_bytes:
+            break
+        size = following
+    avg = total_bus / rows if rows else 0.0
+    lines += [
+        f"# Out of bounds values : {wrong_total} {'FAILED' if wrong_total else 'OK'}",
+        f"# Avg bus bandwidth    : {avg:.4f}",
+        "#",
+        "# Collective test concluded: all_reduce_perf",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def nccl_exit_status(faults: Faults) -> int:
+    return 1 if faults.get("nccl_wrong") else 0
+
+
+# ------------------------------------------------------------------------------------------
+# ib_write_bw
+
+_DASHES = "-" * 87
+
+
+@dataclass(frozen=True, slots=True)
+class PerftestArgs:
+    server: str | None = None  # None: this is the server side
+    device: str | None = None
+    size: int = 65536
+    all_sizes: bool = False
+    iterations: int = 5000
+    qps: int = 1
+    gbits: bool = False
+
+
+def ib_write_bw_gbps(profile: Profile, faults: Faults, hca: Hca, size: int) -> float:
+    """Average Gb/s this HCA reaches with messages of ``size`` bytes."""
+    expected = profile["expected"].get("ib_write_bw_gbps") or 0.0
+    scale = hca.rate / hca.max_rate * float(faults.get("slow_node") or 1.0)
+
+    def curve(s: int) -> float:
+        return s / (s + 2600.0)
+
+    return float(expected) * scale * curve(size) / curve(8 << 20)
+
+
+def _pick(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> Hca:
+    devices = hcas(profile, faults, node)
+    if not devices:
+        raise ToolFailure(" No IB devices found\n Unable to find the Infiniband/RoCE device\n")
+    chosen = devices[0] if args.device is None else None
+    for hca in devices:
+        if hca.name == args.device:
+            chosen = hca
+    if chosen is None:
+        raise ToolFailure(
+            f" IB device {args.device} not found\n Unable to find the Infiniband/RoCE device\n"
+        )
+    if not chosen.active:
+        raise ToolFailure(
+            f" Port number 1 state is {chosen.state}\n"
+            " Couldn't set the link layer\n"
+            " Couldn't get context for the device\n"
+        )
+    return chosen
+
+
+def ib_write_bw(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> str:
+    hca = _pick(profile, faults, node, args)
+    ethernet = hca.link_layer == "Ethernet"
+    unit = "Gb/sec" if args.gbits else "MB/sec"
+    head = [
+        _DASHES,
+        "                    RDMA_Write BW Test",
+        f" Dual-port       : OFF          Device         : {hca.name}",
+        f" Number of qps   : {args.qps:<13}Transport type : IB",
+        " Connection type : RC           Using SRQ      : OFF",
+        " PCIe relax order: ON",
+        " ibv_wr* API     : ON",
+        " TX depth        : 128",
+        " CQ Moderation   : 1",
+        f" Mtu             : {'1024' if ethernet else '4096'}[B]",
+        f" Link type       : {hca.link_layer if ethernet else 'IB'}",
+    ]
+    if ethernet:
+        head.append(" GID index       : 3")
+    head += [
+        " Max inline data : 0[B]",
+        " rdma_cm QPs     : OFF",
+        " Data ex. method : Ethernet",
+        _DASHES,
+    ]
+    seed = digest(node, hca.name, "qpn")
+    for qp in range(args.qps):
+        lid = "0000" if ethernet else f"{hca.lid:#06x}"
+        psn = digest(node, "psn", qp) & 0xFFFFFF
+        head.append(f" local address: LID {lid} QPN {(seed + qp) & 0xFFFF:#06x} PSN {psn:#08x}")
+        if ethernet:
+            head.append(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:10")
+    for qp in range(args.qps):
+        lid = "0000" if ethernet else f"{(hca.lid + 1):#06x}"
+        psn = digest(node, "rpsn", qp) & 0xFFFFFF
+        head.append(
+            f" remote address: LID {lid} QPN {(seed + 0x40 + qp) & 0xFFFF:#06x} PSN {psn:#08x}"
+        )
+        if ethernet:
+            head.append(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:11")
+    head += [
+        _DASHES,
+        f" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]",
+    ]
+    sizes = [2 << i for i in range(23)] if args.all_sizes else [args.size]
+    for size in sizes:
+        gbps = ib_write_bw_gbps(profile, faults, hca, size)
+        peak = gbps * 1.0004
+        rate = gbps * 1e9 / 8 / size / 1e6
+        if not args.gbits:
+            gbps, peak = gbps * 1000 / 8, peak * 1000 / 8
+        head.append(
+            f" {size:<7}    {args.iterations:<7}          {peak:<7.2f}            {gbps:<7.2f}"
+            f"            {rate:.6f}"
+        )
+    head.append(_DASHES)
+    text = "\n".join(head) + "\n"
+    if args.server is None:
+        waiting = (
+            "\n************************************\n"
+            "* Waiting for client to connect... *\n"
+            "************************************\n"
+        )
+        return waiting + text
+    return text

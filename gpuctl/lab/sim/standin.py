@@ -1,0 +1,471 @@
+"""The one entry point behind every stand-in command inside a lab node.
+
+The lab installs /usr/bin/nvidia-smi, /usr/bin/ibstat, ... as small launchers that call
+:func:`main` with the command's name. It reads the node's hardware profile (JSON, written by the
+lab from gpuctl/lab/profiles/<name>.yml) and its injected faults, prints what the real tool would
+print and returns the real tool's exit status. Standard library only, relative imports only:
+the lab copies this package into the node under any package name.
+
+Paths (environment overrides, used by tests):
+  GPUCTL_SIM_PROFILE  /etc/gpuctl-lab/hardware.json
+  GPUCTL_SIM_FAULTS   /var/lib/gpuctl-lab-sim/faults.json (absent file: no faults)
+  GPUCTL_SIM_NODE     the node name (default: the host name)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from . import dcgm, fabric, ib, kernel, nvsmi, perf
+from .common import Faults, Profile, visible_gpus
+from .faults import FaultError, validate
+
+PROFILE_PATH = "/etc/gpuctl-lab/hardware.json"
+FAULTS_PATH = "/var/lib/gpuctl-lab-sim/faults.json"
+TOOLS = (
+    "nvidia-smi",
+    "ibstat",
+    "ibv_devinfo",
+    "ibdev2netdev",
+    "all_reduce_perf",
+    "ib_write_bw",
+    "dcgmi",
+    "nv-fabricmanager",
+    "dmesg",
+)
+
+
+class _Out:
+    def __init__(self, stdout: TextIO, stderr: TextIO) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def out(self, text: str) -> None:
+        self.stdout.write(text)
+
+    def err(self, text: str) -> None:
+        self.stderr.write(text)
+
+
+def load_state() -> tuple[Profile, Faults]:
+    """The node's profile and faults (raises OSError/ValueError/FaultError when unreadable)."""
+    profile_path = os.environ.get("GPUCTL_SIM_PROFILE", PROFILE_PATH)
+    faults_path = os.environ.get("GPUCTL_SIM_FAULTS", FAULTS_PATH)
+    with open(profile_path, encoding="utf-8") as handle:
+        profile = json.load(handle)
+    if not isinstance(profile, dict):
+        raise ValueError(f"{profile_path}: not a JSON object")
+    faults: Any = {}
+    if os.path.exists(faults_path):
+        with open(faults_path, encoding="utf-8") as handle:
+            text = handle.read()
+        faults = json.loads(text) if text.strip() else {}
+    if not isinstance(faults, dict):
+        raise ValueError(f"{faults_path}: not a JSON object")
+    return profile, validate(faults)
+
+
+def node_name() -> str:
+    return os.environ.get("GPUCTL_SIM_NODE") or socket.gethostname().split(".")[0]
+
+
+def main(
+    argv0_name: str,
+    args: Sequence[str],
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Run stand-in ``argv0_name`` (any path; its base name picks the tool) with ``args``."""
+    io = _Out(stdout or sys.stdout, stderr or sys.stderr)
+    tool = os.path.basename(argv0_name)
+    handler = _HANDLERS.get(tool)
+    if handler is None:
+        io.err(f"gpuctl-lab-sim: no stand-in for {tool!r} (known: {', '.join(TOOLS)})\n")
+        return 127
+    try:
+        profile, faults = load_state()
+    except (OSError, ValueError, FaultError) as exc:
+        io.err(f"gpuctl-lab-sim: cannot read the simulated hardware: {exc}\n")
+        return 2
+    return handler(profile, faults, node_name(), list(args), io)
+
+
+def run() -> int:
+    """``main`` with this process's own argv (what the node's launchers call)."""
+    return main(sys.argv[0], sys.argv[1:])
+
+
+def launcher(lib_dir: str, package: str) -> str:
+    """The text of /usr/bin/<tool> inside a node, the package copied to ``lib_dir/package``."""
+    return (
+        "#!/usr/bin/python3\n"
+        "# gpuctl lab: simulated hardware (see docs/lab-hardware.md)\n"
+        "import sys\n"
+        f"sys.path.insert(0, {lib_dir!r})\n"
+        f"from {package}.standin import run\n"
+        "sys.exit(run())\n"
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# nvidia-smi
+
+_SMI_USAGE = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n"
+_SMI_HELP = """\
+NVIDIA System Management Interface -- v{driver}
+
+NVSMI provides monitoring information for Tesla and select Quadro devices.
+The data is presented in either a plain text or an XML format, via stdout or a file.
+
+Supported in this simulated node (gpuctl lab):
+    nvidia-smi                      the summary table
+    nvidia-smi -L                   list GPUs
+    nvidia-smi -q [-i ID]           query (plain text)
+    nvidia-smi --query-gpu=F,... --format=csv[,noheader][,nounits] [-i ID]
+    nvidia-smi topo -m
+    nvidia-smi nvlink -s [-i ID]
+"""
+
+
+def _smi(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    if not visible_gpus(profile, faults, node):
+        io.out("No devices were found\n")
+        return 6
+    if args[:1] == ["topo"]:
+        if args[1:] in (["-m"], ["--matrix"]):
+            io.out(nvsmi.topo(profile, faults, node))
+            return 0
+        io.out(_SMI_USAGE)
+        return 2
+    index: int | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-i", "--id") and i + 1 < len(args):
+            value = args[i + 1]
+            i += 2
+        elif arg.startswith("--id="):
+            value = arg.split("=", 1)[1]
+            i += 1
+        else:
+            rest.append(arg)
+            i += 1
+            continue
+        if not value.isdigit():
+            io.out(f"No devices were found with ID {value}\n")  # bus ids/UUIDs: not simulated
+            return 6
+        index = int(value)
+        if index >= len(visible_gpus(profile, faults, node)):
+            io.out("No devices were found\n")
+            return 6
+    if rest[:1] == ["nvlink"]:
+        if rest[1:] in (["-s"], ["--status"]):
+            io.out(nvsmi.nvlink_status(profile, faults, node, index))
+            return 0
+        io.out(_SMI_USAGE)
+        return 2
+    if not rest:
+        io.out(nvsmi.table(profile, faults, node))
+        return 0
+    if rest in (["-h"], ["--help"]):
+        io.out(_SMI_HELP.format(driver=profile["driver_version"]))
+        return 0
+    if rest in (["-L"], ["--list-gpus"]):
+        io.out(nvsmi.listing(profile, faults, node))
+        return 0
+    if rest in (["-q"], ["--query"], ["-a"]) or (
+        rest[:1] in (["-q"], ["--query"])
+        and all(a.startswith(("-d", "--display")) for a in rest[1:])
+    ):
+        io.out(nvsmi.query(profile, faults, node, only=index))
+        return 0
+    return _smi_csv(profile, faults, node, rest, index, io)
+
+
+def _smi_csv(
+    profile: Profile, faults: Faults, node: str, rest: list[str], index: int | None, io: _Out
+) -> int:
+    fields: list[str] | None = None
+    fmt: list[str] | None = None
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        name, eq, value = arg.partition("=")
+        if name in ("--query-gpu", "--format") and not eq and i + 1 < len(rest):
+            value, i = rest[i + 1], i + 1
+        if name == "--query-gpu":
+            fields = [f.strip() for f in value.split(",") if f.strip()]
+        elif name == "--format":
+            fmt = [f.strip() for f in value.split(",")]
+        else:
+            io.out(_SMI_USAGE)
+            return 2
+        i += 1
+    if fields is None or fmt is None or "csv" not in fmt:
+        io.out(_SMI_USAGE if fields is None else "--format must be given with csv\n\n")
+        return 2
+    try:
+        text = nvsmi.query_csv(
+            profile, faults, node, fields, header="noheader" not in fmt, units="nounits" not in fmt
+        )
+    except nvsmi.QueryError as exc:
+        io.out(f"{exc}\n{_SMI_USAGE}")
+        return 2
+    if index is not None:
+        lines = text.splitlines()
+        skip = 0 if "noheader" in fmt else 1
+        text = "\n".join([*lines[:skip], lines[skip + index]]) + "\n"
+    io.out(text)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# InfiniBand tools
+
+
+def _ibstat(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    if args in (["-l"], ["--list_of_cas"]):
+        io.out(ib.ibstat_list(profile, faults, node))
+        return 0
+    options = [a for a in args if a.startswith("-")]
+    if options:
+        io.err(f"ibstat: unrecognized option '{options[0]}'\n")
+        io.err("Usage: ibstat [options] <ca_name> [portnum]\n")
+        return 255
+    if len(args) > 2:
+        io.err("Usage: ibstat [options] <ca_name> [portnum]\n")
+        return 255
+    try:
+        io.out(ib.ibstat(profile, faults, node, *args))
+    except ib.IbError as exc:
+        io.err(exc.message)
+        return exc.status
+    return 0
+
+
+def _ibv_devinfo(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    device: str | None = None
+    verbose = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-d", "--ib-dev") and i + 1 < len(args):
+            device, i = args[i + 1], i + 2
+            continue
+        if arg.startswith("--ib-dev="):
+            device = arg.split("=", 1)[1]
+        elif arg in ("-v", "-vv", "--verbose"):
+            verbose = True
+        elif arg in ("-l", "--list"):
+            io.out(ib.ibv_devices(profile, faults, node))
+            return 0
+        elif arg in ("-i", "--ib-port") and i + 1 < len(args):
+            i += 1  # one port per HCA here: port 1
+        else:
+            io.err(f"ibv_devinfo: unrecognized option '{arg}'\nUsage: ibv_devinfo [options]\n")
+            return 255
+        i += 1
+    try:
+        io.out(ib.ibv_devinfo(profile, faults, node, device, verbose))
+    except ib.IbError as exc:
+        io.err(exc.message)
+        return exc.status
+    return 0
+
+
+def _ibdev2netdev(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    if any(a not in ("-v",) for a in args):
+        io.err("Usage: ibdev2netdev [-v] [-h]\n")
+        return 1
+    io.out(ib.ibdev2netdev(profile, faults, node))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# Benchmarks
+
+_NCCL_OPTS = {
+    "-b": "min_bytes",
+    "--minbytes": "min_bytes",
+    "-e": "max_bytes",
+    "--maxbytes": "max_bytes",
+    "-f": "factor",
+    "--stepfactor": "factor",
+    "-g": "gpus",
+    "--ngpus": "gpus",
+    "-n": "iters",
+    "--iters": "iters",
+    "-w": "warmup",
+    "--warmup_iters": "warmup",
+    "-c": "check",
+    "--check": "check",
+    "-d": "dtype",
+    "--datatype": "dtype",
+    "-o": "op",
+    "--op": "op",
+    "-t": "threads",
+    "--nthreads": "threads",
+}
+_NCCL_USAGE = (
+    "USAGE: all_reduce_perf \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <gpus per thread>] "
+    "\n\t[-b,--minbytes <min size in bytes>] \n\t[-e,--maxbytes <max size in bytes>] "
+    "\n\t[-f,--stepfactor <increment factor>] \n\t[-n,--iters <iteration count>] "
+    "\n\t[-w,--warmup_iters <warmup iteration count>] \n\t[-c,--check <0/1>] "
+    "\n\t[-d,--datatype <nccltype/all>] \n\t[-o,--op <redop/all>] \n\t[-h,--help]\n"
+)
+
+
+def _all_reduce_perf(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        key = _NCCL_OPTS.get(name)
+        if key is None or (not eq and i + 1 >= len(args)):
+            if arg not in ("-h", "--help"):
+                io.err(f"invalid option '{arg}'\n")
+            io.out(_NCCL_USAGE)
+            return 0 if arg in ("-h", "--help") else 1
+        if not eq:
+            value, i = args[i + 1], i + 1
+        i += 1
+        try:
+            if key in ("min_bytes", "max_bytes"):
+                values[key] = perf.parse_size(value)
+            elif key in ("dtype", "op"):
+                values[key] = value
+            else:
+                values[key] = int(value)
+        except ValueError:
+            io.err(f"invalid value {value!r} for {name}\n")
+            io.out(_NCCL_USAGE)
+            return 1
+    values.pop("threads", None)  # one thread: every GPU in this process
+    if values.get("max_bytes", 1) < values.get("min_bytes", 0):
+        values["max_bytes"] = values["min_bytes"]
+    if "min_bytes" in values and "max_bytes" not in values:
+        values["max_bytes"] = max(values["min_bytes"], 32 << 20)
+    if "max_bytes" in values and "min_bytes" not in values:
+        values["min_bytes"] = min(values["max_bytes"], 32 << 20)
+    try:
+        io.out(perf.all_reduce_perf(profile, faults, node, perf.NcclArgs(**values)))
+    except perf.ToolFailure as exc:
+        io.out(exc.output)
+        return exc.status
+    return perf.nccl_exit_status(faults)
+
+
+_PERFTEST_VALUE = {"-d", "--ib-dev", "-s", "--size", "-n", "--iters", "-q", "--qp", "-i",
+                   "--ib-port", "-x", "--gid-index", "-D", "--duration", "-p", "--port",
+                   "-m", "--mtu", "-t", "--tx-depth"}  # fmt: skip
+_PERFTEST_FLAGS = {"--report_gbits", "-a", "--all", "-F", "--CPU-freq", "-R", "--rdma_cm", "-b",
+                   "--bidirectional"}  # fmt: skip
+
+
+def _ib_write_bw(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    values: dict[str, Any] = {}
+    server: str | None = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in _PERFTEST_VALUE:
+            if not eq:
+                if i + 1 >= len(args):
+                    io.err(f" Option {name} requires an argument\n")
+                    return 1
+                value, i = args[i + 1], i + 1
+            try:
+                if name in ("-d", "--ib-dev"):
+                    values["device"] = value
+                elif name in ("-s", "--size"):
+                    values["size"] = perf.parse_size(value)
+                elif name in ("-n", "--iters"):
+                    values["iterations"] = int(value)
+                elif name in ("-q", "--qp"):
+                    values["qps"] = int(value)
+            except ValueError:
+                io.err(f" Invalid value {value!r} for {name}\n")
+                return 1
+        elif arg in _PERFTEST_FLAGS:
+            if arg == "--report_gbits":
+                values["gbits"] = True
+            elif arg in ("-a", "--all"):
+                values["all_sizes"] = True
+        elif arg.startswith("-"):
+            io.err(f"ib_write_bw: unrecognized option '{arg}'\n Usage: ib_write_bw [options] "
+                   "<dest IP>\n")  # fmt: skip
+            return 1
+        else:
+            server = arg
+        i += 1
+    try:
+        io.out(perf.ib_write_bw(profile, faults, node, perf.PerftestArgs(server=server, **values)))
+    except perf.ToolFailure as exc:
+        io.err(exc.output)
+        return exc.status
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# DCGM, fabric manager, kernel log
+
+_DCGM_LEVELS = {"1": 1, "2": 2, "3": 3, "4": 4, "short": 1, "medium": 2, "long": 3, "xlong": 4}
+
+
+def _dcgmi(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    if args[:1] != ["diag"]:
+        io.err("dcgmi: only 'dcgmi diag -r LEVEL' is simulated in the gpuctl lab\n")
+        return 1
+    level: int | None = None
+    rest = args[1:]
+    for i, arg in enumerate(rest):
+        if arg in ("-r", "--run") and i + 1 < len(rest):
+            level = _DCGM_LEVELS.get(rest[i + 1])
+    if level is None:
+        io.err("Error: Invalid or missing run (-r) argument. Valid levels: 1, 2, 3, 4.\n")
+        return 1
+    text, status = dcgm.diag(profile, faults, node, level)
+    io.out(text)
+    return status
+
+
+def _fabricmanager(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    text = fabric.version_text(profile, faults)
+    if text is None:
+        io.err("nv-fabricmanager: no NVSwitch in this system\n")
+        return 1
+    if args in (["--version"], ["-v"]):
+        io.out(text)
+        return 0
+    if faults.get("fabricmanager_failed"):
+        io.err("request to query NVSwitch device information from NVSwitch driver failed\n")
+        return 1
+    return 0
+
+
+def _dmesg(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    iso = "iso" in args or "--time-format=iso" in args
+    io.out(kernel.dmesg(profile, faults, node, iso=iso))
+    return 0
+
+
+_Handler = Callable[[Profile, Faults, str, list[str], _Out], int]
+_HANDLERS: dict[str, _Handler] = {
+    "nvidia-smi": _smi,
+    "ibstat": _ibstat,
+    "ibv_devinfo": _ibv_devinfo,
+    "ibdev2netdev": _ibdev2netdev,
+    "all_reduce_perf": _all_reduce_perf,
+    "ib_write_bw": _ib_write_bw,
+    "dcgmi": _dcgmi,
+    "nv-fabricmanager": _fabricmanager,
+    "dmesg": _dmesg,
+}

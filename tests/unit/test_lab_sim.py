@@ -1,0 +1,625 @@
+"""The lab's simulated hardware: every stand-in output is read by gpuctl's own parsers, the values
+match the profile, and each fault shows through the parser."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuctl.lab.sim import dcgm, fabric, ib, kernel, nvsmi, perf, profiles, standin
+from gpuctl.lab.sim.faults import NAMES, FaultError, apply, clear, parse_assignment, validate
+from gpuctl.validation.parsing import ParseResult, parse
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = "gpu-node-01"
+PROFILES = profiles.names()
+GIB8 = 8 << 30
+
+
+def _ok(kind: str, text: str, **options: Any) -> ParseResult:
+    result = parse(kind, text, **options)
+    assert result.recognised, (kind, result.problems, text[:400])
+    assert result.problems == (), (kind, result.problems)
+    return result
+
+
+def _profile(name: str) -> dict[str, Any]:
+    return profiles.load(name)
+
+
+def _nccl(profile: dict[str, Any], faults: dict[str, Any], gpus: int | None = None) -> str:
+    count = profile["gpus"]["count"] if gpus is None else gpus
+    return perf.all_reduce_perf(profile, faults, NODE, perf.NcclArgs(8, GIB8, 2, count))
+
+
+def _bw(profile: dict[str, Any], faults: dict[str, Any], device: str | None = None) -> str:
+    args = perf.PerftestArgs(server="peer", device=device, size=8 << 20, gbits=True)
+    return perf.ib_write_bw(profile, faults, NODE, args)
+
+
+# ------------------------------------------------------------------------------------------
+# Profiles
+
+
+def test_profiles_are_the_five_shapes() -> None:
+    assert PROFILES == ["a100-hdr", "a100-roce", "hgx-h100-ndr", "l40s-pcie", "single-gpu"]
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_profile_consistent_with_catalog(name: str) -> None:
+    profile = _profile(name)
+    models = yaml.safe_load((ROOT / "gpuctl/data/gpu_models.yml").read_text())
+    fabrics = yaml.safe_load((ROOT / "gpuctl/data/fabrics.yml").read_text())
+    model = models[profile["model"]]
+    assert profile["gpus"]["name"] == model["product_name"]
+    assert profile["gpus"]["count"] <= model["max_per_node"]
+    assert profile["gpus"]["pcie"]["gen"] == model["pcie_gen"]
+    if model["nvlink_per_pair"]:
+        assert profile["topology"]["gpu_gpu"] == model["nvlink_per_pair"]
+    floor = model["thresholds"]["nccl_all_reduce_busbw_gbs"]
+    if floor is not None:
+        assert profile["expected"]["nccl_all_reduce_busbw_gbs"] >= floor
+    nics = profile["nics"]
+    if nics:
+        if nics["link_layer"] == "InfiniBand":
+            table = next(f for f in fabrics["infiniband"].values() if nics["rate"] in f["rates"])
+        else:
+            table = fabrics["roce"]
+        assert profile["expected"]["ib_write_bw_gbps"] >= table["ib_write_bw_gbps"][nics["rate"]]
+        assert profile["expected"]["ib_write_bw_gbps"] < nics["rate"]
+    assert profile["driver_version"] == "570.133.20"
+    assert profile["cuda_version"] == "12.8"
+    assert json.loads(profiles.profile_json(name)) == profile
+
+
+def test_unknown_profile() -> None:
+    with pytest.raises(profiles.ProfileError, match="unknown hardware profile"):
+        profiles.load("dgx-9000")
+
+
+# ------------------------------------------------------------------------------------------
+# Healthy nodes: every output parses, values match the profile
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_nvidia_smi_outputs(name: str) -> None:
+    profile = _profile(name)
+    spec = profile["gpus"]
+    count = spec["count"]
+
+    table = _ok("smi-table", nvsmi.table(profile, {}, NODE)).data
+    assert table["gpu_count"] == count
+    assert table["driver_version"] == "570.133.20"
+    assert table["cuda_version"] == "12.8"
+    for gpu in table["gpus"]:  # the table truncates long names as nvidia-smi does ("...")
+        assert spec["name"].startswith(gpu["name"].removesuffix("..."))
+    assert [g["bus_id"] for g in table["gpus"]] == spec["bus_ids"]
+    assert {g["memory_total_mib"] for g in table["gpus"]} == {spec["memory_mib"]}
+    assert {g["power_cap_w"] for g in table["gpus"]} == {spec["power_limit_w"]}
+
+    q = _ok("smi-q", nvsmi.query(profile, {}, NODE)).data
+    assert q["attached_gpus"] == count
+    assert q["driver_version"] == "570.133.20"
+    for gpu in q["gpus"]:
+        assert gpu["name"] == spec["name"]
+        assert gpu["vbios_version"] == profile["firmware"]["gpu_vbios"]
+        pcie = spec["pcie"]
+        assert gpu["pcie"]["gen_current"] == gpu["pcie"]["gen_max"] == pcie["gen"]
+        assert gpu["pcie"]["width_current"] == gpu["pcie"]["width_max"] == pcie["width"]
+        assert gpu["ecc"]["volatile"]["dram_uncorrectable"] == 0
+        assert gpu["remapped_rows"]["pending"] is False
+        assert gpu["clocks_event_reasons"]["hw_slowdown"] is False
+        assert gpu["power"]["limit_w"] == spec["power_limit_w"]
+        expected_state = "Completed" if spec["nvswitch"] else None
+        assert gpu["fabric"]["state"] == expected_state
+    assert len({g["uuid"] for g in q["gpus"]}) == count
+
+    fields = list(nvsmi.FIELDS)
+    csv = _ok("smi-csv", nvsmi.query_csv(profile, {}, NODE, fields)).data
+    assert len(csv["values"]) == count
+    row = csv["values"][0]
+    assert row["name"] == spec["name"]
+    assert row["memory.total [MiB]"] == spec["memory_mib"]
+    assert row["ecc.errors.uncorrected.volatile.total"] == 0
+    assert row["pcie.link.width.current"] == spec["pcie"]["width"]
+    noheader = nvsmi.query_csv(profile, {}, NODE, ["name", "pci.bus_id"], header=False)
+    values = _ok("smi-csv", noheader, fields=["name", "pci.bus_id"]).data["values"]
+    assert [v["pci.bus_id"] for v in values] == spec["bus_ids"]
+
+    listing = _ok("smi-list", nvsmi.listing(profile, {}, NODE)).data
+    assert len(listing["gpus"]) == count
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_topology(name: str) -> None:
+    profile = _profile(name)
+    data = _ok("topo", nvsmi.topo(profile, {}, NODE)).data
+    count = profile["gpus"]["count"]
+    nics = profile["nics"]["ports"] if profile["nics"] else []
+    assert data["gpus"] == [f"GPU{i}" for i in range(count)]
+    assert data["nic_names"] == {f"NIC{i}": port["name"] for i, port in enumerate(nics)}
+    rule = profile["topology"]["gpu_gpu"]
+    for a in range(count):
+        for b in range(count):
+            if a == b:
+                continue
+            token = data["links"][f"GPU{a}"][f"GPU{b}"]
+            if rule.startswith("NV"):
+                assert token == rule
+            else:
+                assert token in ("PIX", "PXB", "SYS")
+    if name == "l40s-pcie":
+        assert data["links"]["GPU0"]["GPU1"] == "PIX"
+        assert data["links"]["GPU0"]["GPU2"] == "PXB"
+        assert data["links"]["GPU0"]["GPU4"] == "SYS"
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_nvlink_status(name: str) -> None:
+    profile = _profile(name)
+    text = nvsmi.nvlink_status(profile, {}, NODE)
+    links = profile["gpus"]["nvlink"]["links"]
+    if not links:  # PCIe GPUs: a GPU line each, no link lines (the parser: nothing to read)
+        assert text.count("GPU ") == profile["gpus"]["count"]
+        assert "Link" not in text
+        return
+    data = _ok("nvlink", text).data
+    assert data["gpu_count"] == profile["gpus"]["count"]
+    assert data["inactive_links"] == 0
+    assert data["active_links"] == links * profile["gpus"]["count"]
+    speeds = {link["speed_gbs"] for gpu in data["gpus"] for link in gpu["links"]}
+    assert speeds == {profile["gpus"]["nvlink"]["speed_gbs"]}
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_infiniband_outputs(name: str) -> None:
+    profile = _profile(name)
+    nics = profile["nics"]
+    if not nics:
+        assert ib.ibstat(profile, {}, NODE) == ""
+        assert ib.ibdev2netdev(profile, {}, NODE) == ""
+        with pytest.raises(ib.IbError, match="No IB devices found"):
+            ib.ibv_devinfo(profile, {}, NODE)
+        return
+    names = [port["name"] for port in nics["ports"]]
+    cas = _ok("ibstat", ib.ibstat(profile, {}, NODE)).data["cas"]
+    assert list(cas) == names
+    for ca in cas.values():
+        assert ca["firmware_version"] == profile["firmware"]["hca"]
+        assert ca["ca_type"] == nics["ca_type"]
+        port = ca["ports"]["1"]
+        assert port["state"] == "Active"
+        assert port["physical_state"] == "LinkUp"
+        assert port["rate"] == nics["rate"]
+        assert port["link_layer"] == nics["link_layer"]
+    assert len({ca["node_guid"] for ca in cas.values()}) == len(names)
+
+    devinfo = _ok("ibv-devinfo", ib.ibv_devinfo(profile, {}, NODE)).data
+    verbose = _ok("ibv-devinfo", ib.ibv_devinfo(profile, {}, NODE, verbose=True)).data
+    assert devinfo["hcas"].keys() == verbose["hcas"].keys() == set(names)
+    netdev = _ok("ibdev2netdev", ib.ibdev2netdev(profile, {}, NODE)).data
+    assert json.dumps(netdev).count('"Up"') == len(names)
+
+
+def _devinfo_states(text: str) -> dict[str, str]:
+    data = _ok("ibv-devinfo", text).data
+    return {name: hca["ports"]["1"]["state"] for name, hca in data["hcas"].items()}
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_benchmarks(name: str) -> None:
+    profile = _profile(name)
+    data = _ok("nccl", _nccl(profile, {})).data
+    assert data["params"]["n_gpus"] == profile["gpus"]["count"]
+    assert len(data["ranks"]) == profile["gpus"]["count"]
+    assert {r["name"] for r in data["ranks"]} == {profile["gpus"]["name"]}
+    last = data["rows"][-1]
+    assert last["size"] == GIB8
+    expected = profile["expected"]["nccl_all_reduce_busbw_gbs"]
+    assert last["out_of_place"]["busbw"] == pytest.approx(expected, rel=0.02, abs=0.01)
+    assert last["out_of_place"]["wrong"] == 0
+    assert data["out_of_bounds"] == 0
+    assert data["out_of_bounds_ok"] is True
+    assert data["avg_busbw"] is not None
+    assert [row["size"] for row in data["rows"]] == [8 << i for i in range(31)]
+
+    if not profile["nics"]:
+        with pytest.raises(perf.ToolFailure, match="No IB devices found"):
+            _bw(profile, {})
+        return
+    for server in ("peer", None):
+        args = perf.PerftestArgs(server=server, size=8 << 20, gbits=True)
+        bw = _ok("perftest", perf.ib_write_bw(profile, {}, NODE, args)).data
+        assert bw["role"] == ("client" if server else "server")
+        assert bw["bw_unit"] == "Gb/sec"
+        assert bw["rows"][0]["bytes"] == 8 << 20
+        expected_bw = profile["expected"]["ib_write_bw_gbps"]
+        assert bw["rows"][0]["bw_average"] == pytest.approx(expected_bw, rel=0.001)
+    all_sizes = perf.PerftestArgs(server="peer", all_sizes=True)
+    rows = _ok("perftest", perf.ib_write_bw(profile, {}, NODE, all_sizes)).data["rows"]
+    assert rows[0]["bytes"] == 2
+    assert rows[-1]["bytes"] == 8 << 20
+
+
+@pytest.mark.parametrize("name", PROFILES)
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+def test_dcgm_diag_pass(name: str, level: int) -> None:
+    profile = _profile(name)
+    text, status = dcgm.diag(profile, {}, NODE, level)
+    data = _ok("dcgm-diag", text).data
+    assert status == 0
+    assert data["overall"] == "Pass"
+    assert data["summary"]["Fail"] == 0
+    assert data["driver_version"] == "570.133.20"
+
+
+def test_fabric_manager_healthy() -> None:
+    profile = _profile("hgx-h100-ndr")
+    text, status = fabric.systemctl_status(profile, {}, NODE)
+    assert status == 0
+    assert _ok("fabricmanager", text).data["active"] is True
+    assert fabric.version_text(profile, {}) == "Fabric Manager version is : 570.133.20\n"
+    assert fabric.version_text(_profile("l40s-pcie"), {}) is None
+
+
+def test_healthy_kernel_log_has_no_xid() -> None:
+    assert kernel.kernel_log_lines(_profile("hgx-h100-ndr"), {}) == []
+
+
+# ------------------------------------------------------------------------------------------
+# Faults
+
+
+def _faults(*assignments: str) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for text in assignments:
+        name, _, value = text.partition("=")
+        result = apply(result, name, value)
+    return result
+
+
+H100 = "hgx-h100-ndr"
+
+
+def test_fault_names_and_errors() -> None:
+    assert set(NAMES) == {
+        "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
+        "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
+        "clocks_throttled", "slow_node", "firmware",
+    }  # fmt: skip
+    with pytest.raises(FaultError, match="unknown fault 'gpu_melted'"):
+        apply({}, "gpu_melted", "1")
+    with pytest.raises(FaultError, match="unknown fault"):
+        validate({"nope": 1})
+    for name, value in [
+        ("gpu_lost", "x"),
+        ("xid", "79"),
+        ("nccl_slow", "1.5"),
+        ("nvlink_degraded", "1-1"),
+        ("pcie_degraded", "0:3"),
+        ("ib_port_down", "mlx5_0:Sleeping"),
+        ("ib_rate", "mlx5_0:123"),
+        ("firmware", "bios=1.2"),
+    ]:
+        with pytest.raises(FaultError):
+            apply({}, name, value)
+    assert parse_assignment("ib_port_down=mlx5_3") == ("ib_port_down", {"mlx5_3": "Down"})
+    faults = _faults("ib_port_down=mlx5_1", "ib_port_down=mlx5_2:Disabled", "slow_node=0.5")
+    assert faults["ib_port_down"] == {"mlx5_1": "Down", "mlx5_2": "Disabled"}
+    assert clear(faults, "slow_node") == {"ib_port_down": faults["ib_port_down"]}
+    assert clear(faults) == {}
+
+
+def test_gpu_lost() -> None:
+    profile = _profile(H100)
+    faults = _faults("gpu_lost=3")
+    q = _ok("smi-q", nvsmi.query(profile, faults, NODE)).data
+    assert q["attached_gpus"] == 7
+    assert "00000000:5D:00.0" not in [g["pci_bus_id"] for g in q["gpus"]]
+    assert _ok("smi-table", nvsmi.table(profile, faults, NODE)).data["gpu_count"] == 7
+    xid = _ok("xid", "\n".join(kernel.kernel_log_lines(profile, faults))).data
+    assert xid["counts"] == {"79": 1}
+    assert xid["fallen_off_bus"][0]["pci"] == "0000:5d:00"
+    with pytest.raises(perf.ToolFailure, match="invalid device ordinal"):
+        _nccl(profile, faults, gpus=8)
+    assert _ok("nccl", _nccl(profile, faults, gpus=7)).data["params"]["n_gpus"] == 7
+
+
+def test_xid() -> None:
+    faults = _faults("xid=13:2,119:5")
+    lines = kernel.kernel_log_lines(_profile(H100), faults)
+    data = _ok("xid", "\n".join(lines)).data
+    assert data["counts"] == {"13": 1, "119": 1}
+    assert [e["pci"] for e in data["events"]] == ["0000:3a:00", "0000:ab:00"]
+    iso = _ok("xid", kernel.dmesg(_profile(H100), faults, NODE, iso=True)).data
+    assert iso["counts"] == {"13": 1, "119": 1}
+    assert iso["events"][0]["timestamp"]
+
+
+def test_ecc() -> None:
+    profile = _profile(H100)
+    faults = _faults("ecc=1:4")
+    gpu = _ok("smi-q", nvsmi.query(profile, faults, NODE)).data["gpus"][1]
+    assert gpu["ecc"]["volatile"]["dram_uncorrectable"] == 4
+    assert gpu["remapped_rows"]["pending"] is True
+    table = _ok("smi-table", nvsmi.table(profile, faults, NODE)).data
+    assert table["gpus"][1]["volatile_uncorrected_ecc"] == 4
+    field = "ecc.errors.uncorrected.volatile.total"
+    csv = _ok("smi-csv", nvsmi.query_csv(profile, faults, NODE, [field])).data
+    assert [v[field] for v in csv["values"]] == [0, 4, 0, 0, 0, 0, 0, 0]
+    xid = _ok("xid", "\n".join(kernel.kernel_log_lines(profile, faults))).data
+    assert xid["counts"] == {"48": 1, "63": 1}
+    text, status = dcgm.diag(profile, faults, NODE, 2)
+    assert status != 0
+    assert _ok("dcgm-diag", text).data["overall"] == "Fail"
+
+
+def test_nvlink_degraded() -> None:
+    profile = _profile(H100)
+    faults = _faults("nvlink_degraded=0-1:4")
+    topo = _ok("topo", nvsmi.topo(profile, faults, NODE)).data
+    assert topo["links"]["GPU0"]["GPU1"] == "NV14"
+    assert topo["links"]["GPU1"]["GPU0"] == "NV14"
+    assert topo["links"]["GPU0"]["GPU2"] == "NV18"
+    nvlink = _ok("nvlink", nvsmi.nvlink_status(profile, faults, NODE)).data
+    assert nvlink["inactive_links"] == 8
+    assert [link["active"] for link in nvlink["gpus"][0]["links"]].count(False) == 4
+    busbw = _ok("nccl", _nccl(profile, faults)).data["rows"][-1]["out_of_place"]["busbw"]
+    assert busbw < 460
+
+
+def test_pcie_degraded() -> None:
+    profile = _profile(H100)
+    faults = _faults("pcie_degraded=2:8:4")
+    gpu = _ok("smi-q", nvsmi.query(profile, faults, NODE)).data["gpus"][2]
+    want = {"gen_current": 4, "gen_max": 5, "width_current": 8, "width_max": 16}
+    assert {key: gpu["pcie"][key] for key in want} == want
+    fields = ["pcie.link.gen.current", "pcie.link.width.current"]
+    csv = _ok("smi-csv", nvsmi.query_csv(profile, faults, NODE, fields)).data["values"]
+    assert csv[2] == {"pcie.link.gen.current": 4, "pcie.link.width.current": 8}
+    text, status = dcgm.diag(profile, faults, NODE, 2)
+    pcie = next(t for t in _ok("dcgm-diag", text).data["tests"] if t["name"] == "PCIe")
+    assert status != 0
+    assert pcie["result"] == "Fail"
+    assert pcie["gpus"]["2"] == "Fail"
+
+
+def test_ib_port_down() -> None:
+    profile = _profile(H100)
+    faults = _faults("ib_port_down=mlx5_3:Disabled")
+    cas = _ok("ibstat", ib.ibstat(profile, faults, NODE)).data["cas"]
+    assert cas["mlx5_3"]["ports"]["1"]["state"] == "Down"
+    assert cas["mlx5_3"]["ports"]["1"]["physical_state"] == "Disabled"
+    assert cas["mlx5_2"]["ports"]["1"]["state"] == "Active"
+    assert _devinfo_states(ib.ibv_devinfo(profile, faults, NODE))["mlx5_3"].startswith("PORT_DOWN")
+    netdev = ib.ibdev2netdev(profile, faults, NODE)
+    assert "mlx5_3 port 1 ==> ibp93s0 (Down)" in netdev
+    _ok("ibdev2netdev", netdev)
+    with pytest.raises(perf.ToolFailure, match="state is Down"):
+        _bw(profile, faults, "mlx5_3")
+    assert _ok("perftest", _bw(profile, faults, "mlx5_2")).data["rows"][0]["bw_average"] > 375
+
+
+def test_ib_rate() -> None:
+    profile = _profile(H100)
+    faults = _faults("ib_rate=mlx5_5:200")
+    cas = _ok("ibstat", ib.ibstat(profile, faults, NODE)).data["cas"]
+    assert cas["mlx5_5"]["ports"]["1"]["rate"] == 200
+    assert cas["mlx5_4"]["ports"]["1"]["rate"] == 400
+    average = _ok("perftest", _bw(profile, faults, "mlx5_5")).data["rows"][0]["bw_average"]
+    assert average == pytest.approx(391.8 / 2, rel=0.001)
+
+
+def test_nccl_slow_and_slow_node() -> None:
+    profile = _profile(H100)
+    slow = _ok("nccl", _nccl(profile, _faults("nccl_slow=0.5"))).data
+    assert slow["rows"][-1]["out_of_place"]["busbw"] == pytest.approx(482.5 / 2, rel=0.02)
+    node = _faults("slow_node=0.8")
+    assert _ok("nccl", _nccl(profile, node)).data["rows"][-1]["out_of_place"][
+        "busbw"
+    ] == pytest.approx(482.5 * 0.8, rel=0.02)
+    bw = _ok("perftest", _bw(profile, node)).data["rows"][0]["bw_average"]
+    assert bw == pytest.approx(391.8 * 0.8, rel=0.001)
+
+
+def test_nccl_wrong() -> None:
+    data = _ok("nccl", _nccl(_profile(H100), _faults("nccl_wrong=7"))).data
+    assert data["rows"][-1]["out_of_place"]["wrong"] == 7
+    assert data["out_of_bounds"] > 0
+    assert data["out_of_bounds_ok"] is False
+    assert data["rows"][0]["out_of_place"]["wrong"] == 0
+
+
+@pytest.mark.parametrize("assignment", ["fabricmanager_failed", "fabricmanager_version=535.104.05"])
+def test_fabric_manager_faults(assignment: str) -> None:
+    profile = _profile(H100)
+    faults = _faults(assignment)
+    text, status = fabric.systemctl_status(profile, faults, NODE)
+    assert status == 3
+    assert _ok("fabricmanager", text).data["active"] is False
+    gpus = _ok("smi-q", nvsmi.query(profile, faults, NODE)).data["gpus"]
+    assert {g["fabric"]["state"] for g in gpus} == {"In Progress"}
+    with pytest.raises(perf.ToolFailure, match="system not yet initialized"):
+        _nccl(profile, faults)
+    diag, diag_status = dcgm.diag(profile, faults, NODE, 1)
+    assert diag_status != 0
+    assert _ok("dcgm-diag", diag).data["overall"] == "Fail"
+    if "version" in assignment:
+        assert fabric.version_text(profile, faults) == "Fabric Manager version is : 535.104.05\n"
+    # no NVSwitch, no fabric manager: the fault changes nothing on a PCIe node
+    l40s = _profile("l40s-pcie")
+    assert _ok("nccl", _nccl(l40s, faults)).data["rows"]
+
+
+def test_clocks_throttled() -> None:
+    profile = _profile(H100)
+    faults = _faults("clocks_throttled=6")
+    gpus = _ok("smi-q", nvsmi.query(profile, faults, NODE)).data["gpus"]
+    assert [g["clocks_event_reasons"]["hw_slowdown"] for g in gpus].count(True) == 1
+    assert gpus[6]["clocks_event_reasons"]["hw_slowdown"] is True
+    field = "clocks_event_reasons.active"
+    values = _ok("smi-csv", nvsmi.query_csv(profile, faults, NODE, [field])).data["values"]
+    assert values[6][field] == "0x0000000000000008"
+    text, status = dcgm.diag(profile, faults, NODE, 3)
+    assert status != 0
+    assert _ok("dcgm-diag", text).data["summary"]["Fail"] >= 1
+
+
+def test_firmware() -> None:
+    profile = _profile(H100)
+    faults = _faults("firmware=gpu4=96.00.30.00.01,mlx5_0=28.39.1002")
+    gpus = _ok("smi-q", nvsmi.query(profile, faults, NODE)).data["gpus"]
+    assert [g["vbios_version"] for g in gpus].count("96.00.30.00.01") == 1
+    assert gpus[4]["vbios_version"] == "96.00.30.00.01"
+    cas = _ok("ibstat", ib.ibstat(profile, faults, NODE)).data["cas"]
+    assert cas["mlx5_0"]["firmware_version"] == "28.39.1002"
+    assert cas["mlx5_1"]["firmware_version"] == "28.43.1014"
+    every = _faults("firmware=hca=28.39.1002")
+    cas = _ok("ibstat", ib.ibstat(profile, every, NODE)).data["cas"]
+    assert {ca["firmware_version"] for ca in cas.values()} == {"28.39.1002"}
+
+
+def test_every_fault_is_tested() -> None:
+    tested = {
+        "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
+        "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
+        "clocks_throttled", "slow_node", "firmware",
+    }  # fmt: skip
+    assert set(NAMES) == tested
+
+
+# ------------------------------------------------------------------------------------------
+# The stand-in entry point, as a node runs it
+
+
+@pytest.fixture
+def node_env(tmp_path: Path) -> dict[str, str]:
+    profile = tmp_path / "hardware.json"
+    profile.write_text(profiles.profile_json(H100))
+    faults = tmp_path / "faults.json"
+    faults.write_text(json.dumps(_faults("ib_port_down=mlx5_3")))
+    return {
+        "GPUCTL_SIM_PROFILE": str(profile),
+        "GPUCTL_SIM_FAULTS": str(faults),
+        "GPUCTL_SIM_NODE": NODE,
+        "PATH": "/usr/bin:/bin",
+    }
+
+
+def _standin(env: dict[str, str], tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    code = (
+        "import sys; from gpuctl.lab.sim.standin import main; "
+        "sys.exit(main(sys.argv[1], sys.argv[2:]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, f"/usr/bin/{tool}", *args],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_standin_subprocess(node_env: dict[str, str]) -> None:
+    smi = _standin(node_env, "nvidia-smi")
+    assert smi.returncode == 0, smi.stderr
+    assert _ok("smi-table", smi.stdout).data["gpu_count"] == 8
+
+    q = _standin(node_env, "nvidia-smi", "-q")
+    assert q.returncode == 0
+    assert _ok("smi-q", q.stdout).data["attached_gpus"] == 8
+
+    one = _standin(node_env, "nvidia-smi", "-q", "-i", "2")
+    assert _ok("smi-q", one.stdout).data["gpus"][0]["pci_bus_id"] == "00000000:3A:00.0"
+
+    csv = _standin(node_env, "nvidia-smi", "--query-gpu=name,memory.total", "--format=csv")
+    assert csv.returncode == 0
+    assert _ok("smi-csv", csv.stdout).data["values"][0]["memory.total [MiB]"] == 81559
+
+    bad = _standin(node_env, "nvidia-smi", "--bogus")
+    assert bad.returncode == 2
+    assert "Invalid combination of input arguments" in bad.stdout
+    bad_field = _standin(node_env, "nvidia-smi", "--query-gpu=nonsense", "--format=csv")
+    assert bad_field.returncode == 2
+
+    topo = _standin(node_env, "nvidia-smi", "topo", "-m")
+    assert topo.returncode == 0
+    _ok("topo", topo.stdout)
+    nvl = _standin(node_env, "nvidia-smi", "nvlink", "-s")
+    assert nvl.returncode == 0
+    _ok("nvlink", nvl.stdout)
+
+    ibstat = _standin(node_env, "ibstat")
+    assert ibstat.returncode == 0
+    cas = _ok("ibstat", ibstat.stdout).data["cas"]
+    assert cas["mlx5_3"]["ports"]["1"]["state"] == "Down"
+    missing = _standin(node_env, "ibstat", "mlx5_9")
+    assert missing.returncode == 255
+    assert "ibpanic" in missing.stderr
+
+    nccl = _standin(node_env, "all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8")
+    assert nccl.returncode == 0, nccl.stderr
+    rows = _ok("nccl", nccl.stdout).data["rows"]
+    assert rows[-1]["size"] == GIB8
+    assert _standin(node_env, "all_reduce_perf", "--bogus").returncode == 1
+
+    client = _standin(node_env, "ib_write_bw", "-d", "mlx5_0", "-s", "8M", "--report_gbits", "n2")
+    assert client.returncode == 0, client.stderr
+    assert _ok("perftest", client.stdout).data["role"] == "client"
+    down = _standin(node_env, "ib_write_bw", "-d", "mlx5_3", "--report_gbits", "n2")
+    assert down.returncode == 1
+    assert "state is Down" in down.stderr
+
+    diag = _standin(node_env, "dcgmi", "diag", "-r", "2")
+    assert diag.returncode == 0
+    assert _ok("dcgm-diag", diag.stdout).data["overall"] == "Pass"
+    assert _standin(node_env, "ibv_devinfo").returncode == 0
+    assert _standin(node_env, "ibdev2netdev").returncode == 0
+    assert _standin(node_env, "nv-fabricmanager", "--version").stdout.startswith("Fabric Manager")
+
+
+def test_standin_in_process(node_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    for key, value in node_env.items():
+        monkeypatch.setenv(key, value)
+    out, err = io.StringIO(), io.StringIO()
+    assert standin.main("/usr/bin/dmesg", ["--time-format", "iso"], out, err) == 0
+    assert _ok("xid", out.getvalue()).data["counts"] == {}
+    assert standin.main("/usr/bin/lspci", [], out, err) == 127
+    monkeypatch.setenv("GPUCTL_SIM_PROFILE", "/nonexistent/hardware.json")
+    assert standin.main("nvidia-smi", [], out, err) == 2
+    assert "cannot read the simulated hardware" in err.getvalue()
+
+
+def test_standin_faulty_node(tmp_path: Path) -> None:
+    profile = tmp_path / "hardware.json"
+    profile.write_text(profiles.profile_json(H100))
+    faults = tmp_path / "faults.json"
+    faults.write_text(json.dumps(_faults("nccl_wrong=3", "gpu_lost=7")))
+    env = {"GPUCTL_SIM_PROFILE": str(profile), "GPUCTL_SIM_FAULTS": str(faults), "PATH": "/bin"}
+    wrong = _standin(env, "all_reduce_perf", "-b", "1M", "-e", "8M", "-g", "7")
+    assert wrong.returncode == 1
+    assert _ok("nccl", wrong.stdout).data["out_of_bounds_ok"] is False
+    too_many = _standin(env, "all_reduce_perf", "-g", "8")
+    assert too_many.returncode == 1
+    faults.write_text(json.dumps({"gpu_exploded": True}))
+    assert _standin(env, "nvidia-smi").returncode == 2
+
+
+def test_sim_imports_only_the_standard_library() -> None:
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    for path in (ROOT / "gpuctl/lab/sim").glob("*.py"):
+        if path.name == "profiles.py":
+            continue  # the repo side (reads YAML); never copied into a node's stand-in path
+        for line in path.read_text().splitlines():
+            words = line.split()
+            if line.startswith(("import ", "from ")) and not words[1].startswith("."):
+                assert words[1].split(".")[0] in allowed, (path.name, line)
