@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from gpuctl.cli.output import err_console, out_console, print_json
 from gpuctl.lab import lab
+from gpuctl.lab.sim import profiles as sim_profiles
 
 app = typer.Typer(
     name="lab",
@@ -23,14 +24,27 @@ def register(root: typer.Typer) -> None:
     root.add_typer(app, name="lab")
 
 
+def _profiles() -> list[str]:
+    return list(sim_profiles.names())
+
+
 @app.command("up")
 def up(
     nodes: Annotated[
         int, typer.Option("--nodes", "-n", min=2, max=17, help="Nodes: one controller + compute.")
     ] = 3,
+    profile: Annotated[
+        str,
+        typer.Option(
+            "--profile",
+            "-p",
+            help="Simulated hardware of the compute nodes (gpuctl/lab/profiles).",
+            autocompletion=_profiles,
+        ),
+    ] = lab.DEFAULT_PROFILE,
 ) -> None:
     """Start the lab (build the cached Debian 12 image first if needed). Idempotent."""
-    result = lab.up(nodes - 1)
+    result = lab.up(nodes - 1, profile)
     console = err_console()
     if result.base_built:
         console.print("built the Debian 12 base image (cached for next time)")
@@ -76,6 +90,23 @@ def reboot(node: Annotated[str, typer.Argument(help="Node name.")]) -> None:
     """Reboot a node from inside (systemctl reboot) and wait until it is back."""
     before, after = lab.reboot(node)
     err_console().print(f"{escape(node)} rebooted (boot id {before[:8]} -> {after[:8]})")
+
+
+@app.command("fault")
+def fault(
+    node: Annotated[str, typer.Argument(help="Node name.")],
+    name: Annotated[str | None, typer.Argument(help="Fault (see docs/lab-hardware.md).")] = None,
+    value: Annotated[str, typer.Argument(help="The fault's value, e.g. a GPU index.")] = "",
+    clear: Annotated[bool, typer.Option("--clear", help="Clear this fault, or all.")] = False,
+) -> None:
+    """Inject or clear a simulated hardware fault: gpuctl lab fault gpu001 gpu_lost 3."""
+    if clear:
+        faults = lab.clear_faults(node, name)
+    elif name is None:
+        faults = lab.faults_of(node)
+    else:
+        faults = lab.inject_fault(node, name, value)
+    print_json({"node": node, "faults": faults})
 
 
 @app.command("down")

@@ -32,9 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.loader import load_cluster_text
 from gpuctl.lab import repo
+from gpuctl.lab.sim import faults as sim_faults
+from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.lab.system import LabError, require_root, run
 from gpuctl.starter import starter
 
@@ -372,12 +376,112 @@ def _load_state() -> dict[str, Any]:
     return data
 
 
-def up(compute_nodes: int = 2) -> UpResult:
-    require_root()
-    start = time.monotonic()
+DEFAULT_PROFILE = "hgx-h100-ndr"
+_IB_GENERATIONS = {100: "edr", 200: "hdr", 400: "ndr", 800: "xdr"}
+
+
+def lab_cluster_text(compute_nodes: int, profile: str) -> str:
+    """The running lab's cluster.yml: the lab starter, its hardware taken from the profile."""
     text = starter("lab", compute_nodes)
-    # the running lab's cluster.yml: the lab's own key, absolute, so it works from any directory
+    # the lab's own key, absolute, so the file works from any directory
     text = text.replace("private_key: .gpuctl/lab/id_ed25519", f"private_key: {ssh_key()}")
+    hw = sim_profiles.load(profile)
+    if profile == DEFAULT_PROFILE:
+        return text  # the starter describes exactly this hardware (and keeps its comments)
+    doc: dict[str, Any] = yaml.safe_load(text)
+    group = doc["node_groups"][1]
+    gpus = hw["gpus"]
+    count = int(gpus["count"])
+    interconnect = "nvswitch" if gpus.get("nvswitch") else ("none" if count == 1 else "pcie-switch")
+    group["gpus"] = {"model": hw["model"], "count": count, "interconnect": interconnect}
+    nics = hw.get("nics") or {}
+    ports = [p["name"] for p in nics.get("ports") or []]
+    if not ports:
+        doc["fabrics"] = []
+        group.pop("nics", None)
+    else:
+        rate = int(nics["rate"])
+        leaves = doc["fabrics"][0]["topology"]
+        if nics.get("link_layer") == "InfiniBand":
+            fabric = {
+                "name": "ib",
+                "kind": "infiniband",
+                "generation": _IB_GENERATIONS[rate],
+                "subnet_manager": "opensm",
+                "topology": leaves,
+            }
+        else:
+            fabric = {"name": "roce", "kind": "roce", "rate_gbps": rate, "topology": leaves}
+        doc["fabrics"] = [fabric]
+        group["nics"] = [
+            {
+                "devices": ",".join(ports),
+                "fabric": fabric["name"],
+                "rails": fabric["kind"] == "infiniband",
+            }
+        ]
+    doc["software"]["driver"]["version"] = str(hw.get("driver_version", "570.172.08"))
+    header = (
+        f"# gpuctl lab cluster.yml: simulated profile {profile} ({hw.get('description', '')}).\n"
+    )
+    return header + yaml.safe_dump(doc, sort_keys=False)
+
+
+def _write_hardware(name: str, profile: str) -> None:
+    """The simulated hardware of a GPU node: read by its stand-in tools (JSON: the node has only
+    python3's standard library)."""
+    target = _node_dir(name) / "root" / "etc" / "gpuctl-lab" / "hardware.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(sim_profiles.profile_json(profile), encoding="utf-8")
+
+
+def _faults_file(name: str) -> Path:
+    return _node_dir(name) / "root" / "var" / "lib" / "gpuctl-lab-sim" / "faults.json"
+
+
+def faults_of(name: str) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(_faults_file(name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def inject_fault(name: str, fault: str, value: str = "") -> dict[str, Any]:
+    """Add a fault to a node's simulated hardware; it lives on the node's disk (survives reboot)."""
+    require_root()
+    address_of(name)
+    try:
+        faults = dict(sim_faults.apply(faults_of(name), fault, value))
+    except sim_faults.FaultError as exc:
+        raise LabError(str(exc)) from None
+    path = _faults_file(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(faults, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return faults
+
+
+def clear_faults(name: str, fault: str | None = None) -> dict[str, Any]:
+    require_root()
+    address_of(name)
+    try:
+        faults = dict(sim_faults.clear(faults_of(name), fault))
+    except sim_faults.FaultError as exc:
+        raise LabError(str(exc)) from None
+    path = _faults_file(name)
+    if faults:
+        path.write_text(json.dumps(faults, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    else:
+        path.unlink(missing_ok=True)
+    return faults
+
+
+def up(compute_nodes: int = 2, profile: str = DEFAULT_PROFILE) -> UpResult:
+    require_root()
+    if profile not in sim_profiles.names():
+        raise LabError(f"unknown profile {profile!r}; profiles: {', '.join(sim_profiles.names())}")
+    start = time.monotonic()
+    text = lab_cluster_text(compute_nodes, profile)
     cluster = load_cluster_text(text, "lab")
     nodes = [(n.name, n.address or "", n.roles) for n in cluster_nodes(cluster)]
     state = _load_state()
@@ -395,9 +499,11 @@ def up(compute_nodes: int = 2) -> UpResult:
     started: list[str] = []
     _save_state(nodes)  # before anything is started: `down` must know what to remove
     repo.start_services()  # the apt proxy and the lab repository, on the bridge address
-    for name, address, _ in nodes:
+    for name, address, roles in nodes:
         ensure_node_network(name, address)
         repo.configure_node_apt(prepare_root(name, hosts, pub))
+        if "compute" in roles:
+            _write_hardware(name, profile)
         if not node_running(name):
             start_node(name)
             started.append(name)

@@ -11,11 +11,13 @@ import os
 import socket
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuctl.lab import lab, repo
+from gpuctl.lab.system import LabError
+from gpuctl.validation.parsing import parse
 
 pytestmark = [
     pytest.mark.lab,
@@ -23,7 +25,6 @@ pytestmark = [
 ]
 
 DRIVER = "nvidia-open"  # NVIDIA's metapackage name for the R570 open-module driver
-STANDIN = Path(repo.__file__).parent / "sim" / "standin.py"
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0"
 
 
@@ -79,13 +80,11 @@ def test_driver_installs_from_the_lab_repository(node: str) -> None:
     assert ssh(node, "test -x /usr/bin/nvidia-smi").returncode == 0
 
 
-@pytest.mark.skipif(not STANDIN.is_file(), reason="gpuctl/lab/sim/standin.py not written yet")
 def test_nvidia_smi_runs(node: str) -> None:
     res = ssh(node, "nvidia-smi")
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-@pytest.mark.skipif(not STANDIN.is_file(), reason="gpuctl/lab/sim/standin.py not written yet")
 def test_fabric_manager_is_a_real_systemd_service(node: str) -> None:
     res = ssh(
         node, f"{APT} install nvidia-fabricmanager-570 && systemctl start nvidia-fabricmanager"
@@ -93,6 +92,47 @@ def test_fabric_manager_is_a_real_systemd_service(node: str) -> None:
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     res = ssh(node, "systemctl status nvidia-fabricmanager")
     assert "Active: active (running)" in res.stdout, res.stdout + res.stderr
+
+
+def _smi_q(node: str) -> dict[str, Any]:
+    res = ssh(node, "nvidia-smi -q")
+    assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
+    parsed = parse("smi-q", res.stdout)
+    assert parsed.recognised, parsed.problems
+    return parsed.data
+
+
+def test_simulated_hgx_h100_through_the_real_parsers(node: str) -> None:
+    data = _smi_q(node)
+    assert data["driver_version"] == "570.172.08"
+    assert [g["name"] for g in data["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 8
+    topo = parse("topo", ssh(node, "nvidia-smi topo -m").stdout)
+    assert topo.recognised, topo.problems
+    assert topo.data["links"]["GPU0"]["GPU7"] == "NV18"
+    res = ssh(node, f"{APT} install libnccl2")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    run = ssh(node, "all_reduce_perf -b 8 -e 8G -f 2 -g 8")
+    nccl = parse("nccl", run.stdout)
+    assert nccl.recognised, (nccl.problems, run.returncode, run.stderr[-1000:])
+    assert nccl.data["avg_busbw"] is not None
+
+
+def test_faults_show_in_the_tools_and_survive_reboot(node: str) -> None:
+    lab.inject_fault("gpu001", "gpu_lost", "3")
+    assert len(_smi_q(node)["gpus"]) == 7
+    lab.inject_fault("gpu001", "nccl_wrong", "5")
+    nccl = parse("nccl", ssh(node, "all_reduce_perf -b 8 -e 8G -f 2 -g 7").stdout)
+    assert any((r["out_of_place"]["wrong"] or 0) > 0 for r in nccl.data["rows"])
+    lab.reboot("gpu001")
+    assert len(_smi_q(node)["gpus"]) == 7  # the fault lives on the node's disk
+    lab.clear_faults("gpu001")
+    assert len(_smi_q(node)["gpus"]) == 8
+    assert lab.faults_of("gpu001") == {}
+
+
+def test_unknown_fault_is_a_clear_error() -> None:
+    with pytest.raises(LabError, match="unknown fault"):
+        lab.inject_fault("gpu001", "gpu_on_fire", "1")
 
 
 def test_node_still_has_no_default_route(node: str) -> None:

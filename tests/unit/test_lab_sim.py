@@ -73,7 +73,7 @@ def test_profile_consistent_with_catalog(name: str) -> None:
             table = fabrics["roce"]
         assert profile["expected"]["ib_write_bw_gbps"] >= table["ib_write_bw_gbps"][nics["rate"]]
         assert profile["expected"]["ib_write_bw_gbps"] < nics["rate"]
-    assert profile["driver_version"] == "570.133.20"
+    assert profile["driver_version"] == "570.172.08"
     assert profile["cuda_version"] == "12.8"
     assert json.loads(profiles.profile_json(name)) == profile
 
@@ -95,7 +95,7 @@ def test_nvidia_smi_outputs(name: str) -> None:
 
     table = _ok("smi-table", nvsmi.table(profile, {}, NODE)).data
     assert table["gpu_count"] == count
-    assert table["driver_version"] == "570.133.20"
+    assert table["driver_version"] == "570.172.08"
     assert table["cuda_version"] == "12.8"
     for gpu in table["gpus"]:  # the table truncates long names as nvidia-smi does ("...")
         assert spec["name"].startswith(gpu["name"].removesuffix("..."))
@@ -105,7 +105,7 @@ def test_nvidia_smi_outputs(name: str) -> None:
 
     q = _ok("smi-q", nvsmi.query(profile, {}, NODE)).data
     assert q["attached_gpus"] == count
-    assert q["driver_version"] == "570.133.20"
+    assert q["driver_version"] == "570.172.08"
     for gpu in q["gpus"]:
         assert gpu["name"] == spec["name"]
         assert gpu["vbios_version"] == profile["firmware"]["gpu_vbios"]
@@ -256,7 +256,7 @@ def test_dcgm_diag_pass(name: str, level: int) -> None:
     assert status == 0
     assert data["overall"] == "Pass"
     assert data["summary"]["Fail"] == 0
-    assert data["driver_version"] == "570.133.20"
+    assert data["driver_version"] == "570.172.08"
 
 
 def test_fabric_manager_healthy() -> None:
@@ -264,7 +264,7 @@ def test_fabric_manager_healthy() -> None:
     text, status = fabric.systemctl_status(profile, {}, NODE)
     assert status == 0
     assert _ok("fabricmanager", text).data["active"] is True
-    assert fabric.version_text(profile, {}) == "Fabric Manager version is : 570.133.20\n"
+    assert fabric.version_text(profile, {}) == "Fabric Manager version is : 570.172.08\n"
     assert fabric.version_text(_profile("l40s-pcie"), {}) is None
 
 

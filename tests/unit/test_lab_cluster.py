@@ -1,0 +1,31 @@
+"""The running lab's cluster.yml follows its hardware profile (no lab or root needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuctl.config import load_cluster_text
+from gpuctl.config.derived import summarize
+from gpuctl.lab import lab
+from gpuctl.lab.sim import profiles
+
+
+@pytest.mark.parametrize("name", profiles.names())
+def test_lab_cluster_yml_matches_each_profile(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUCTL_LAB_DIR", str(tmp_path))
+    hw = profiles.load(name)
+    summary = summarize(load_cluster_text(lab.lab_cluster_text(2, name), name))
+    assert summary.gpus_by_model == {hw["model"]: 2 * int(hw["gpus"]["count"])}
+    ports = [p["name"] for p in (hw.get("nics") or {}).get("ports") or []]
+    if ports:
+        [fabric] = summary.fabrics
+        assert fabric.rate_gbps == hw["nics"]["rate"]
+        assert fabric.kind == ("infiniband" if hw["nics"]["link_layer"] == "InfiniBand" else "roce")
+    else:
+        assert summary.fabrics == ()
+    assert summary.versions["driver"] == hw["driver_version"]
+    assert str(tmp_path) in lab.lab_cluster_text(2, name)  # the lab's own key, absolute
