@@ -38,6 +38,7 @@ from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.loader import load_cluster_text
 from gpuctl.lab import repo
 from gpuctl.lab.sim import faults as sim_faults
+from gpuctl.lab.sim import kernel as sim_kernel
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.lab.system import LabError, require_root, run
 from gpuctl.starter import starter
@@ -198,6 +199,7 @@ def prepare_root(name: str, hosts: list[tuple[str, str]], pubkey: str) -> Path:
     keys = ssh_dir / "authorized_keys"
     keys.write_text(pubkey, encoding="utf-8")
     os.chmod(keys, 0o600)
+    (root / "var" / "log" / "journal").mkdir(parents=True, exist_ok=True)  # persistent journal
     if not (root / "etc" / "ssh" / "ssh_host_ed25519_key").exists():
         run(["chroot", str(root), "ssh-keygen", "-A"])
     return root
@@ -455,10 +457,33 @@ def inject_fault(name: str, fault: str, value: str = "") -> dict[str, Any]:
         faults = dict(sim_faults.apply(faults_of(name), fault, value))
     except sim_faults.FaultError as exc:
         raise LabError(str(exc)) from None
+    before = faults_of(name)
     path = _faults_file(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(faults, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _log_kernel_lines(name, before, faults)
     return faults
+
+
+def _log_kernel_lines(name: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Put the kernel lines a new fault causes (NVRM Xid 79, 48, ...) into the node's journal.
+
+    A container has no kernel log of its own, and the host's must never be touched, so the
+    lines go to the node's journal with the kernel's identifier: `journalctl -t kernel` shows
+    them there exactly as it shows real kernel messages on a real node.
+    """
+    hardware = _node_dir(name) / "root" / "etc" / "gpuctl-lab" / "hardware.json"
+    if not hardware.is_file():
+        return
+    profile = json.loads(hardware.read_text(encoding="utf-8"))
+    old = sim_kernel.kernel_log_lines(profile, before, name)
+    new = [line for line in sim_kernel.kernel_log_lines(profile, after, name) if line not in old]
+    for line in new:
+        run(ssh_argv(address_of(name), ["logger", "-t", "kernel", "--", _quote(line)]), timeout=30)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def clear_faults(name: str, fault: str | None = None) -> dict[str, Any]:

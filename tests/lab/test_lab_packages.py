@@ -120,11 +120,16 @@ def test_simulated_hgx_h100_through_the_real_parsers(node: str) -> None:
 def test_faults_show_in_the_tools_and_survive_reboot(node: str) -> None:
     lab.inject_fault("gpu001", "gpu_lost", "3")
     assert len(_smi_q(node)["gpus"]) == 7
+    kernel = parse("xid", ssh(node, "journalctl -t kernel --no-pager -o short").stdout)
+    assert 79 in [e["xid"] for e in kernel.data["events"]]
+    assert kernel.data["fallen_off_bus"]
     lab.inject_fault("gpu001", "nccl_wrong", "5")
     nccl = parse("nccl", ssh(node, "all_reduce_perf -b 8 -e 8G -f 2 -g 7").stdout)
     assert any((r["out_of_place"]["wrong"] or 0) > 0 for r in nccl.data["rows"])
     lab.reboot("gpu001")
     assert len(_smi_q(node)["gpus"]) == 7  # the fault lives on the node's disk
+    kernel = parse("xid", ssh(node, "journalctl -t kernel --no-pager -o short").stdout)
+    assert 79 in [e["xid"] for e in kernel.data["events"]]  # and so does its kernel log line
     lab.clear_faults("gpu001")
     assert len(_smi_q(node)["gpus"]) == 8
     assert lab.faults_of("gpu001") == {}
