@@ -173,3 +173,21 @@ def test_servers_bind_the_bridge_address_only() -> None:
     server = repo.REPO_SERVER.argv()
     assert server[server.index("--bind") + 1] == "198.18.0.1"
     assert "8081" in server
+
+
+def test_infiniband_stand_ins_use_debians_names_above_bookworms_versions(built: Path) -> None:
+    specs = {s.name: s for s in repo.load_specs()}
+    bookworm = {"infiniband-diags": "44.0-2", "ibverbs-utils": "44.0-2", "perftest": "4.5+0.17-1"}
+    for name, version in bookworm.items():
+        assert specs[name].version == f"{version}+gpuctllab1"
+        newer = subprocess.run(
+            ["dpkg", "--compare-versions", specs[name].version, "gt", version], check=False
+        )
+        assert newer.returncode == 0, name
+    assert specs["infiniband-diags"].bin == ("ibstat",)
+    assert specs["ibverbs-utils"].bin == ("ibv_devinfo",)
+    assert "ib_write_bw" in specs["perftest"].bin
+    assert specs["mlnx-tools"].bin == ("ibdev2netdev",)
+    for name in (*bookworm, "mlnx-tools"):
+        files = _contents(built / specs[name].deb_name)
+        assert all(f"/usr/bin/{tool}" in files for tool in specs[name].bin)

@@ -570,9 +570,13 @@ def test_standin_subprocess(node_env: dict[str, str]) -> None:
     assert rows[-1]["size"] == GIB8
     assert _standin(node_env, "all_reduce_perf", "--bogus").returncode == 1
 
-    client = _standin(node_env, "ib_write_bw", "-d", "mlx5_0", "-s", "8M", "--report_gbits", "n2")
-    assert client.returncode == 0, client.stderr
-    assert _ok("perftest", client.stdout).data["role"] == "client"
+    # no server listening: the client gives up with perftest's error (two-process runs below)
+    client = _standin(
+        {**node_env, "GPUCTL_SIM_CONNECT_TIMEOUT": "0.5"},
+        *("ib_write_bw", "-d", "mlx5_0", "-s", "8M", "--report_gbits", "-p", "1", "127.0.0.1"),
+    )
+    assert client.returncode == 1, client.stdout
+    assert "Couldn't connect to 127.0.0.1:1" in client.stderr
     down = _standin(node_env, "ib_write_bw", "-d", "mlx5_3", "--report_gbits", "n2")
     assert down.returncode == 1
     assert "state is Down" in down.stderr
@@ -623,3 +627,159 @@ def test_sim_imports_only_the_standard_library() -> None:
             words = line.split()
             if line.startswith(("import ", "from ")) and not words[1].startswith("."):
                 assert words[1].split(".")[0] in allowed, (path.name, line)
+
+
+# ------------------------------------------------------------------------------------------
+# ib_write_bw across two processes: server (no host) and client (HOST) over TCP
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _side(tmp_path: Path, name: str, *faults: str) -> dict[str, str]:
+    profile = tmp_path / f"{name}-hardware.json"
+    profile.write_text(profiles.profile_json(H100))
+    stored = tmp_path / f"{name}-faults.json"
+    stored.write_text(json.dumps(_faults(*faults)))
+    return {
+        "GPUCTL_SIM_PROFILE": str(profile),
+        "GPUCTL_SIM_FAULTS": str(stored),
+        "GPUCTL_SIM_NODE": name,
+        "GPUCTL_SIM_CONNECT_TIMEOUT": "10",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+_CODE = (
+    "import sys; from gpuctl.lab.sim.standin import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
+)
+
+
+def _pair(
+    server_env: dict[str, str], client_env: dict[str, str], *args: str
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """Run the server in the background and the client against it; both results."""
+    port = str(_free_port())
+    server = subprocess.Popen(
+        [sys.executable, "-c", _CODE, "/usr/bin/ib_write_bw", *args, "-p", port],
+        env=server_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        client = subprocess.run(
+            [sys.executable, "-c", _CODE, "/usr/bin/ib_write_bw", *args, "-p", port, "127.0.0.1"],
+            env=client_env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        out, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    return subprocess.CompletedProcess(server.args, server.returncode, out, err), client
+
+
+def test_ib_write_bw_server_and_client(tmp_path: Path) -> None:
+    args = ("-d", "mlx5_0", "-s", "8M", "--report_gbits")
+    server, client = _pair(_side(tmp_path, "n1"), _side(tmp_path, "n2"), *args)
+    assert server.returncode == 0, server.stderr
+    assert client.returncode == 0, client.stderr
+    srv = _ok("perftest", server.stdout).data
+    cli = _ok("perftest", client.stdout).data
+    assert (srv["role"], cli["role"]) == ("server", "client")
+    expected = _profile(H100)["expected"]["ib_write_bw_gbps"]
+    for data in (srv, cli):
+        assert data["bw_unit"] == "Gb/sec"
+        assert data["rows"][0]["bytes"] == 8 << 20
+        assert data["rows"][0]["bw_average"] == pytest.approx(expected, rel=0.001)
+
+
+@pytest.mark.parametrize("slow_side", ["server", "client"])
+def test_ib_write_bw_slower_side_limits_both(tmp_path: Path, slow_side: str) -> None:
+    slow = _side(tmp_path, "slow", "ib_rate=mlx5_0:200")
+    fast = _side(tmp_path, "fast")
+    envs = (slow, fast) if slow_side == "server" else (fast, slow)
+    server, client = _pair(*envs, "-d", "mlx5_0", "-s", "8M", "--report_gbits")
+    assert (server.returncode, client.returncode) == (0, 0), server.stderr + client.stderr
+    expected = _profile(H100)["expected"]["ib_write_bw_gbps"] / 2
+    for result in (server, client):
+        average = _ok("perftest", result.stdout).data["rows"][0]["bw_average"]
+        assert average == pytest.approx(expected, rel=0.001)
+
+
+def test_ib_write_bw_port_down_on_the_client_fails_both(tmp_path: Path) -> None:
+    down = _side(tmp_path, "down", "ib_port_down=mlx5_0")
+    port = str(_free_port())
+    up = _side(tmp_path, "up")
+    srv = subprocess.Popen(
+        [sys.executable, "-c", _CODE, "/usr/bin/ib_write_bw", "-d", "mlx5_0", "-p", port],
+        env=up,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert srv.stdout is not None
+        assert "Waiting for client" in "".join(srv.stdout.readline() for _ in range(3))
+        client = _standin(down, "ib_write_bw", "-d", "mlx5_0", "-p", port, "127.0.0.1")
+        _, err = srv.communicate(timeout=60)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.communicate()
+    assert client.returncode == 1
+    assert "state is Down" in client.stderr
+    assert srv.returncode == 1  # told by the client, the server fails too
+    assert "Unable to Connect the HCA's through the link" in err
+
+
+def test_ib_write_bw_port_down_on_the_server_fails_both(tmp_path: Path) -> None:
+    # down from the start: the server fails before listening, the client cannot connect
+    down = _side(tmp_path, "down", "ib_port_down=mlx5_0")
+    client_env = {**_side(tmp_path, "up"), "GPUCTL_SIM_CONNECT_TIMEOUT": "1"}
+    server, client = _pair(down, client_env, "-d", "mlx5_0", "--report_gbits")
+    assert server.returncode == 1
+    assert "state is Down" in server.stderr
+    assert client.returncode == 1
+    assert "Couldn't connect" in client.stderr
+
+
+def test_ib_write_bw_port_goes_down_while_the_server_waits(tmp_path: Path) -> None:
+    server_env = _side(tmp_path, "srv")
+    port = str(_free_port())
+    srv = subprocess.Popen(
+        [sys.executable, "-c", _CODE, "/usr/bin/ib_write_bw", "-d", "mlx5_0", "-p", port],
+        env=server_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert srv.stdout is not None
+        assert "Waiting for client" in "".join(srv.stdout.readline() for _ in range(3))
+        Path(server_env["GPUCTL_SIM_FAULTS"]).write_text(json.dumps(_faults("ib_port_down=mlx5_0")))
+        client = _standin(_side(tmp_path, "cli"), "ib_write_bw", "-d", "mlx5_0", "-p", port,
+                          "127.0.0.1")  # fmt: skip
+        _, err = srv.communicate(timeout=60)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.communicate()
+    assert srv.returncode == 1
+    assert "state is Down" in err
+    assert client.returncode == 1
+    assert "Unable to Connect the HCA's through the link" in client.stderr
+    failed = parse("perftest", client.stderr + client.stdout)
+    assert not failed.recognised
+    assert "Failed to modify QP to RTR" in failed.problems[0]

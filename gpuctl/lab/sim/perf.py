@@ -7,7 +7,9 @@ Standard library only.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .common import Faults, Hca, Profile, digest, fabric_ok, hcas, nccl_factor, visible_gpus
 
@@ -170,17 +172,35 @@ class PerftestArgs:
     iterations: int = 5000
     qps: int = 1
     gbits: bool = False
+    port: int = 18515  # -p: the TCP port of the out-of-band exchange
+    title: str = "RDMA_Write BW Test"  # ib_read_bw: RDMA_Read BW Test, ib_send_bw: Send BW Test
 
 
-def ib_write_bw_gbps(profile: Profile, faults: Faults, hca: Hca, size: int) -> float:
-    """Average Gb/s this HCA reaches with messages of ``size`` bytes."""
+def _curve(size: int) -> float:
+    return size / (size + 2600.0)
+
+
+def peak_gbps(profile: Profile, faults: Faults, hca: Hca) -> float:
+    """Average Gb/s this HCA reaches with 8 MiB messages (its share of a two-node run)."""
     expected = profile["expected"].get("ib_write_bw_gbps") or 0.0
     scale = hca.rate / hca.max_rate * float(faults.get("slow_node") or 1.0)
+    return float(expected) * scale
 
-    def curve(s: int) -> float:
-        return s / (s + 2600.0)
 
-    return float(expected) * scale * curve(size) / curve(8 << 20)
+def ib_write_bw_gbps(
+    profile: Profile, faults: Faults, hca: Hca, size: int, limit: float | None = None
+) -> float:
+    """Average Gb/s this HCA reaches with messages of ``size`` bytes (``limit``: the peer's
+    8 MiB bandwidth, when it is the slower side)."""
+    peak = peak_gbps(profile, faults, hca)
+    if limit is not None:
+        peak = min(peak, limit)
+    return peak * _curve(size) / _curve(8 << 20)
+
+
+def pick(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> Hca:
+    """The HCA of ``-d`` (raises ToolFailure as perftest fails when it is missing or down)."""
+    return _pick(profile, faults, node, args)
 
 
 def _pick(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> Hca:
@@ -204,13 +224,30 @@ def _pick(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> Hc
     return chosen
 
 
-def ib_write_bw(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> str:
+WAITING = (
+    "\n************************************\n"
+    "* Waiting for client to connect... *\n"
+    "************************************\n"
+)
+
+
+def ib_write_bw(
+    profile: Profile,
+    faults: Faults,
+    node: str,
+    args: PerftestArgs,
+    peer: Mapping[str, Any] | None = None,
+) -> str:
+    """The tool's output (the server's with the waiting banner first). ``peer``: the other
+    side's state from the exchange (``peak_gbps``, ``lid``), which limits the bandwidth."""
     hca = _pick(profile, faults, node, args)
+    limit = float(peer["peak_gbps"]) if peer is not None else None
+    remote_lid = int(peer["lid"]) if peer is not None else hca.lid + 1
     ethernet = hca.link_layer == "Ethernet"
     unit = "Gb/sec" if args.gbits else "MB/sec"
     head = [
         _DASHES,
-        "                    RDMA_Write BW Test",
+        f"                    {args.title}",
         f" Dual-port       : OFF          Device         : {hca.name}",
         f" Number of qps   : {args.qps:<13}Transport type : IB",
         " Connection type : RC           Using SRQ      : OFF",
@@ -237,7 +274,7 @@ def ib_write_bw(profile: Profile, faults: Faults, node: str, args: PerftestArgs)
         if ethernet:
             head.append(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:10")
     for qp in range(args.qps):
-        lid = "0000" if ethernet else f"{(hca.lid + 1):#06x}"
+        lid = "0000" if ethernet else f"{remote_lid:#06x}"
         psn = digest(node, "rpsn", qp) & 0xFFFFFF
         head.append(
             f" remote address: LID {lid} QPN {(seed + 0x40 + qp) & 0xFFFF:#06x} PSN {psn:#08x}"
@@ -250,7 +287,7 @@ def ib_write_bw(profile: Profile, faults: Faults, node: str, args: PerftestArgs)
     ]
     sizes = [2 << i for i in range(23)] if args.all_sizes else [args.size]
     for size in sizes:
-        gbps = ib_write_bw_gbps(profile, faults, hca, size)
+        gbps = ib_write_bw_gbps(profile, faults, hca, size, limit)
         peak = gbps * 1.0004
         rate = gbps * 1e9 / 8 / size / 1e6
         if not args.gbits:
@@ -262,10 +299,5 @@ def ib_write_bw(profile: Profile, faults: Faults, node: str, args: PerftestArgs)
     head.append(_DASHES)
     text = "\n".join(head) + "\n"
     if args.server is None:
-        waiting = (
-            "\n************************************\n"
-            "* Waiting for client to connect... *\n"
-            "************************************\n"
-        )
-        return waiting + text
+        return WAITING + text
     return text

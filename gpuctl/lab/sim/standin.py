@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from . import dcgm, fabric, ib, kernel, nvsmi, perf
+from . import dcgm, fabric, ib, kernel, nvsmi, peer, perf
 from .common import Faults, Profile, visible_gpus
 from .faults import FaultError, validate
 
@@ -34,6 +34,8 @@ TOOLS = (
     "ibdev2netdev",
     "all_reduce_perf",
     "ib_write_bw",
+    "ib_read_bw",
+    "ib_send_bw",
     "dcgmi",
     "nv-fabricmanager",
     "dmesg",
@@ -369,8 +371,23 @@ _PERFTEST_FLAGS = {"--report_gbits", "-a", "--all", "-F", "--CPU-freq", "-R", "-
                    "--bidirectional"}  # fmt: skip
 
 
-def _ib_write_bw(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
-    values: dict[str, Any] = {}
+_PERFTEST_TITLES = {
+    "ib_write_bw": "RDMA_Write BW Test",
+    "ib_read_bw": "RDMA_Read BW Test",
+    "ib_send_bw": "Send BW Test",
+}
+
+
+def _perftest(tool: str) -> _Handler:
+    def handler(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+        return _bw_test(tool, node, args, io)
+
+    return handler
+
+
+def _bw_test(tool: str, node: str, args: list[str], io: _Out) -> int:
+    """A perftest bandwidth test: server (no host) or client (HOST), see :mod:`.peer`."""
+    values: dict[str, Any] = {"title": _PERFTEST_TITLES[tool]}
     server: str | None = None
     i = 0
     while i < len(args):
@@ -391,6 +408,8 @@ def _ib_write_bw(profile: Profile, faults: Faults, node: str, args: list[str], i
                     values["iterations"] = int(value)
                 elif name in ("-q", "--qp"):
                     values["qps"] = int(value)
+                elif name in ("-p", "--port"):
+                    values["port"] = int(value)
             except ValueError:
                 io.err(f" Invalid value {value!r} for {name}\n")
                 return 1
@@ -400,14 +419,23 @@ def _ib_write_bw(profile: Profile, faults: Faults, node: str, args: list[str], i
             elif arg in ("-a", "--all"):
                 values["all_sizes"] = True
         elif arg.startswith("-"):
-            io.err(f"ib_write_bw: unrecognized option '{arg}'\n Usage: ib_write_bw [options] "
+            io.err(f"{tool}: unrecognized option '{arg}'\n Usage: {tool} [options] "
                    "<dest IP>\n")  # fmt: skip
             return 1
         else:
             server = arg
         i += 1
+    options = perf.PerftestArgs(server=server, **values)
+
+    def banner(text: str) -> None:
+        io.out(text)
+        io.stdout.flush()
+
     try:
-        io.out(perf.ib_write_bw(profile, faults, node, perf.PerftestArgs(server=server, **values)))
+        if server is None:
+            io.out(peer.server(load_state, node, options, banner))
+        else:
+            io.out(peer.client(load_state, node, options))
     except perf.ToolFailure as exc:
         io.err(exc.output)
         return exc.status
@@ -464,7 +492,9 @@ _HANDLERS: dict[str, _Handler] = {
     "ibv_devinfo": _ibv_devinfo,
     "ibdev2netdev": _ibdev2netdev,
     "all_reduce_perf": _all_reduce_perf,
-    "ib_write_bw": _ib_write_bw,
+    "ib_write_bw": _perftest("ib_write_bw"),
+    "ib_read_bw": _perftest("ib_read_bw"),
+    "ib_send_bw": _perftest("ib_send_bw"),
     "dcgmi": _dcgmi,
     "nv-fabricmanager": _fabricmanager,
     "dmesg": _dmesg,
