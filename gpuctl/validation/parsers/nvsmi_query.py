@@ -712,6 +712,26 @@ def _split_kv(stripped: str) -> tuple[str, str] | None:
     return m.group(1).strip(), (m.group(2) or "").strip()
 
 
+_ELIDED = ("", "", None)
+
+
+@lru_cache(maxsize=65536)
+def _classify_line(stripped: str) -> tuple[str, str, str | None] | None:
+    """(key, label, value) of a -q line, ``_ELIDED`` for an elision mark, None when it is not
+    a -q line. Cached: the lines of one GPU repeat for every GPU (and across a fleet)."""
+    if stripped[0] in "[.…" and _ELISION.fullmatch(stripped):
+        return _ELIDED
+    kv = _split_kv(stripped)
+    if kv is not None and _is_label(kv[0]):
+        label, value = kv
+        key = _norm(label)
+    elif _is_section(stripped):
+        label, value, key = stripped, None, _norm(stripped)
+    else:
+        return None
+    return (key, label, value) if key else None
+
+
 def _text_tree(lines: list[str]) -> tuple[_Node, int, int]:
     """Indentation -> tree. Returns (root, elided line count, lines not understood)."""
     root = _Node("", "", None)
@@ -723,21 +743,14 @@ def _text_tree(lines: list[str]) -> tuple[_Node, int, int]:
             continue
         width = len(line) - len(line.lstrip(" \t"))
         indent = len(line[:width].expandtabs(4)) if "\t" in line[:width] else width
-        if stripped[0] in "[.…" and _ELISION.fullmatch(stripped):
+        kind = _classify_line(stripped)
+        if kind is None:  # table borders, prose, anything that is not a -q line
+            odd += 1
+            continue
+        if kind is _ELIDED:
             elided += 1
             continue
-        kv = _split_kv(stripped)
-        if kv is not None and _is_label(kv[0]):
-            label, value = kv
-            node = _Node(_norm(label), label, value)
-        elif _is_section(stripped):
-            node = _Node(_norm(stripped), stripped, None)
-        else:  # table borders, prose, anything that is not a -q line
-            odd += 1
-            continue
-        if not node.key:
-            odd += 1
-            continue
+        node = _Node(*kind)
         while stack and stack[-1][0] >= indent:
             stack.pop()
         if len(stack) >= _MAX_DEPTH:
