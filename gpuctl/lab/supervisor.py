@@ -10,6 +10,7 @@ Run as: python -m gpuctl.lab.supervisor NAME ROOT NETNS PIDFILE
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -55,6 +56,15 @@ def poweroff(nspawn_pid: int) -> None:
             continue
 
 
+def _stays_down(root: str) -> bool:
+    """The simulated fault `no_reboot`: the machine hangs in its reboot and never returns."""
+    try:
+        faults = json.loads(Path(root, "var/lib/gpuctl-lab-sim/faults.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(faults, dict) and bool(faults.get("no_reboot"))
+
+
 def main(argv: list[str]) -> int:
     name, root, netns, pidfile = argv
     stopping = False
@@ -78,6 +88,9 @@ def main(argv: list[str]) -> int:
         rc = child.wait()
         print(f"gpuctl-lab: {name} exited with {rc}", flush=True)
         if rc != REBOOT_STATUS or stopping:
+            break
+        if _stays_down(root):
+            print(f"gpuctl-lab: {name} does not come back (fault no_reboot)", flush=True)
             break
         time.sleep(0.5)
     Path(pidfile).with_suffix(".nspawn").unlink(missing_ok=True)

@@ -135,6 +135,17 @@ def test_faults_show_in_the_tools_and_survive_reboot(node: str) -> None:
     assert lab.faults_of("gpu001") == {}
 
 
+def test_a_node_that_does_not_come_back_after_reboot(node: str) -> None:
+    lab.inject_fault("gpu001", "no_reboot")
+    with pytest.raises(LabError, match="did not come back"):
+        lab.reboot("gpu001", timeout=15)
+    assert {n.name: n.state for n in lab.status().nodes}["gpu001"] == "stopped"
+    lab.clear_faults("gpu001")
+    again = lab.up(1)  # like powering the machine on again
+    assert again.started == ("gpu001",)
+    assert ssh(node, "true").returncode == 0
+
+
 def test_unknown_fault_is_a_clear_error() -> None:
     with pytest.raises(LabError, match="unknown fault"):
         lab.inject_fault("gpu001", "gpu_on_fire", "1")

@@ -198,6 +198,7 @@ SPECS: dict[str, FaultSpec] = {
             "slow_node", "FACTOR", "every bandwidth times FACTOR", lambda v: _factor(v, "slow_node")
         ),
         FaultSpec("firmware", "TARGET=VERSION", "a firmware version overridden", _firmware, True),
+        FaultSpec("no_reboot", "", "the node does not come back after its next reboot", _flag),
     )
 }
 
