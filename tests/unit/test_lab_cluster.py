@@ -29,3 +29,14 @@ def test_lab_cluster_yml_matches_each_profile(
         assert summary.fabrics == ()
     assert summary.versions["driver"] == hw["driver_version"]
     assert str(tmp_path) in lab.lab_cluster_text(2, name)  # the lab's own key, absolute
+
+
+def test_inventories_lab_yml_is_the_default_lab(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example the docs point at is what `gpuctl lab up` writes (but for the key's path)."""
+    monkeypatch.setenv("GPUCTL_LAB_DIR", str(tmp_path))
+    example = (Path(__file__).resolve().parents[2] / "inventories" / "lab.yml").read_text()
+    running = lab.lab_cluster_text(2, lab.DEFAULT_PROFILE)
+    key = str(lab.ssh_key())
+    assert running == example.replace(".gpuctl/lab/id_ed25519", key)
