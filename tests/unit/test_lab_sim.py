@@ -4,6 +4,7 @@ match the profile, and each fault shows through the parser."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,17 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.lab.sim import dcgm, fabric, ib, kernel, nvsmi, perf, profiles, standin
+from gpuctl.lab.sim import (
+    dcgm,
+    fabric,
+    ib,
+    kernel,
+    nvsmi,
+    nvsmi_xml,
+    perf,
+    profiles,
+    standin,
+)
 from gpuctl.lab.sim.faults import NAMES, FaultError, apply, clear, parse_assignment, validate
 from gpuctl.validation.parsing import ParseResult, parse
 
@@ -485,6 +496,111 @@ def test_firmware() -> None:
     assert {ca["firmware_version"] for ca in cas.values()} == {"28.39.1002"}
 
 
+# ------------------------------------------------------------------------------------------
+# nvidia-smi -q -x: the same facts as -q, in the XML layout of a real 590 (DTD v13) capture
+
+XML_CAPTURE = ROOT / "tests/fixtures/nvidia-smi/nvsmi-q-x-rtx-a5000-2gpu-590.txt"
+# What the v13 XML prints that the 565 -q text layout does not (both parse to the same data
+# everywhere else): the XML has these, the text gives None / leaves them out.
+_XML_ONLY = {
+    ("ecc", "channel_repair_pending"),
+    ("ecc", "tpc_repair_pending"),
+    ("power", "average_draw_w"),
+    ("power", "instant_draw_w"),
+    ("fabric", "health"),
+    ("pcie", "device_id"),  # "0x2330..." in the text, "2330..." in the XML, as nvidia-smi prints
+}
+XML_FAULTS = [(name, "") for name in PROFILES] + [
+    (H100, "gpu_lost=3"),
+    (H100, "ecc=1:4"),
+    (H100, "pcie_degraded=2:8:4"),
+    (H100, "clocks_throttled=6"),
+    (H100, "fabricmanager_failed"),
+    ("l40s-pcie", "ecc=0:2"),
+]
+
+
+def _comparable(data: dict[str, Any]) -> dict[str, Any]:
+    out = dict(data)
+    out["gpus"] = []
+    for gpu in data["gpus"]:
+        gpu = {k: dict(v) if isinstance(v, dict) else v for k, v in gpu.items()}
+        for section, key in _XML_ONLY:
+            if isinstance(gpu.get(section), dict):
+                gpu[section].pop(key, None)
+        out["gpus"].append(gpu)
+    return out
+
+
+def _gpu_tags(xml: str) -> list[str]:
+    """The child elements of the first <gpu>, in order (read from the tab indentation)."""
+    first = xml[xml.index("\t<gpu id=") : xml.index("\t</gpu>")]
+    return re.findall(r"^\t\t<([A-Za-z_]+)>", first, re.MULTILINE)
+
+
+@pytest.mark.parametrize(("name", "fault"), XML_FAULTS)
+def test_nvidia_smi_xml_agrees_with_q(name: str, fault: str) -> None:
+    profile = _profile(name)
+    faults = _faults(fault) if fault else {}
+    stamp = "Tue Dec 30 09:46:54 2025"
+    xml = nvsmi_xml.query_xml(profile, faults, NODE, timestamp=stamp)
+    text = nvsmi.query(profile, faults, NODE, timestamp=stamp)
+    x, q = _ok("smi-xml", xml).data, _ok("smi-q", text).data
+    assert _comparable(x) == _comparable(q)
+    # the keys the task names, spelled out
+    assert x["attached_gpus"] == q["attached_gpus"] == len(x["gpus"])
+    for key in ("driver_version", "cuda_version"):
+        assert x[key] == q[key] == profile[key]
+    for gx, gq in zip(x["gpus"], q["gpus"], strict=True):
+        for key in ("name", "pci_bus_id", "serial", "uuid", "remapped_rows", "fabric"):
+            if key == "fabric":
+                assert {k: gx[key][k] for k in ("state", "status")} == {
+                    k: gq[key][k] for k in ("state", "status")
+                }
+            else:
+                assert gx[key] == gq[key]
+        assert gx["ecc"]["volatile"] == gq["ecc"]["volatile"]
+        assert gx["ecc"]["aggregate"] == gq["ecc"]["aggregate"]
+        assert gx["clocks_event_reasons"] == gq["clocks_event_reasons"]
+        for key in ("gen_current", "gen_max", "width_current", "width_max"):
+            assert gx["pcie"][key] == gq["pcie"][key]
+    # the layout of the real capture: first lines, tabs, and the <gpu> children in its order
+    real = XML_CAPTURE.read_text().split("# ---\n", 1)[1]
+    assert xml.splitlines()[:3] == real.splitlines()[:3]
+    assert xml.splitlines()[3].startswith("\t<timestamp>")
+    assert [t for t in _gpu_tags(xml) if t != "gpu_reset_status"] == _gpu_tags(real)
+
+
+def test_nvidia_smi_xml_faults() -> None:
+    profile = _profile(H100)
+    lost = _ok("smi-xml", nvsmi_xml.query_xml(profile, _faults("gpu_lost=3"), NODE)).data
+    assert lost["attached_gpus"] == 7
+    assert "00000000:5D:00.0" not in [g["pci_bus_id"] for g in lost["gpus"]]
+    ecc = _ok("smi-xml", nvsmi_xml.query_xml(profile, _faults("ecc=1:4"), NODE)).data["gpus"]
+    assert ecc[1]["ecc"]["volatile"]["dram_uncorrectable"] == 4
+    assert ecc[1]["ecc"]["aggregate"]["dram_uncorrectable"] == 4
+    assert ecc[1]["remapped_rows"]["pending"] is True
+    assert ecc[0]["remapped_rows"]["pending"] is False
+    pcie = nvsmi_xml.query_xml(profile, _faults("pcie_degraded=2:8:4"), NODE)
+    gpu = _ok("smi-xml", pcie).data["gpus"][2]
+    want = {"gen_current": 4, "gen_max": 5, "width_current": 8, "width_max": 16}
+    assert {key: gpu["pcie"][key] for key in want} == want
+    slow = nvsmi_xml.query_xml(profile, _faults("clocks_throttled=6"), NODE)
+    gpus = _ok("smi-xml", slow).data["gpus"]
+    assert [g["clocks_event_reasons"]["hw_slowdown"] for g in gpus].count(True) == 1
+    assert gpus[6]["clocks_event_reasons"]["hw_slowdown"] is True
+    fm = nvsmi_xml.query_xml(profile, _faults("fabricmanager_failed"), NODE)
+    assert {g["fabric"]["state"] for g in _ok("smi-xml", fm).data["gpus"]} == {"In Progress"}
+
+
+def test_nvidia_smi_xml_escapes_text() -> None:
+    profile = _profile("single-gpu")
+    profile["gpus"]["name"] = "NVIDIA <A&B>"
+    xml = nvsmi_xml.query_xml(profile, {}, NODE)
+    assert "NVIDIA &lt;A&amp;B&gt;" in xml
+    assert _ok("smi-xml", xml).data["gpus"][0]["name"] == "NVIDIA <A&B>"
+
+
 def test_every_fault_is_tested() -> None:
     tested = {
         "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
@@ -601,6 +717,16 @@ def test_standin_in_process(node_env: dict[str, str], monkeypatch: pytest.Monkey
     assert standin.main("/usr/bin/dmesg", ["--time-format", "iso"], out, err) == 0
     assert _ok("xid", out.getvalue()).data["counts"] == {}
     assert standin.main("/usr/bin/lspci", [], out, err) == 127
+    for args in (["-q", "-x"], ["-x", "-q"], ["--query", "--xml-format"]):
+        out = io.StringIO()
+        assert standin.main("/usr/bin/nvidia-smi", args, out, err) == 0
+        assert _ok("smi-xml", out.getvalue()).data["attached_gpus"] == 8
+    out = io.StringIO()
+    assert standin.main("/usr/bin/nvidia-smi", ["-q", "-x", "-i", "2"], out, err) == 0
+    one = _ok("smi-xml", out.getvalue()).data
+    assert one["gpus"][0]["pci_bus_id"] == "00000000:3A:00.0"
+    assert len(one["gpus"]) == 1
+    assert standin.main("/usr/bin/nvidia-smi", ["-x"], io.StringIO(), err) == 2
     monkeypatch.setenv("GPUCTL_SIM_PROFILE", "/nonexistent/hardware.json")
     assert standin.main("nvidia-smi", [], out, err) == 2
     assert "cannot read the simulated hardware" in err.getvalue()

@@ -138,6 +138,11 @@ def query(
 
 
 def _gpu_block(profile: Profile, faults: Faults, node: str, gpu: Gpu) -> str:
+    return GPU_BLOCK.format(**gpu_values(profile, faults, node, gpu))
+
+
+def gpu_values(profile: Profile, faults: Faults, node: str, gpu: Gpu) -> dict[str, object]:
+    """The per-GPU values of ``-q`` (text and XML fill their templates from these)."""
     spec = profile["gpus"]
     clocks = spec["clocks_mhz"]
     gen_cur, gen_max, width_cur, width_max = pcie_link(profile, faults, gpu)
@@ -147,56 +152,56 @@ def _gpu_block(profile: Profile, faults: Faults, node: str, gpu: Gpu) -> str:
     used = _used_mib(profile)
     state, status, clique, cluster = _fabric(profile, faults)
     bus = gpu.bus_id.split(":")[1]
-    return GPU_BLOCK.format(
-        sp=" ",
-        atomic="FETCHADD_32 FETCHADD_64 SWAP_32 SWAP_64 CAS_32 CAS_64 ",
-        bus_id=gpu.bus_id,
-        name=gpu.name,
-        arch=spec["architecture"],
-        serial=gpu.serial,
-        uuid=gpu.uuid,
-        minor=gpu.physical,
-        vbios=gpu_vbios(profile, faults, gpu),
-        board_id=f"0x{bus.lower()}00",
-        board_part=spec["board_part_number"],
-        module_id=gpu.module_id,
-        inforom=spec["inforom_image"],
-        gsp_fw=profile["driver_version"],
-        pci_bus=f"0x{bus}",
-        device_id=spec["device_id"],
-        subsys_id=spec["sub_system_id"],
-        gen_max=gen_max,
-        gen_cur=gen_cur,
-        width_max=width_max,
-        width_cur=width_cur,
-        pstate="P0",
-        cer_idle="Not Active" if slow else "Active",
-        cer_hw="Active" if slow else "Not Active",
-        cer_hw_thermal="Active" if slow else "Not Active",
-        fb_total=total,
-        fb_reserved=reserved,
-        fb_used=used,
-        fb_free=total - reserved - used,
-        ecc_vol_dram_unc=unc,
-        ecc_agg_dram_unc=unc,
-        remap_unc=min(unc, 1) if unc else 0,
-        remap_pending="Yes" if unc else "No",
-        hist_max=int(spec["row_remap_banks"]) - (1 if unc else 0),
-        hist_high=1 if unc else 0,
-        temp=_temp(profile, gpu, node),
-        mem_temp=_temp(profile, gpu, node) + 6,
-        power_draw=f"{_power(profile, gpu, node):.2f}",
-        power_limit=f"{float(spec['power_limit_w']):.2f}",
-        power_min=f"{float(spec['power_min_w']):.2f}",
-        clk_gr=clocks["graphics_idle"],
-        clk_mem=clocks["memory"],
-        max_gr=clocks["graphics_max"],
-        max_video=clocks["video_max"],
-        fabric_state=state,
-        fabric_status=status,
-        clique=clique,
-        cluster_uuid=cluster,
-    )
+    return {
+        "sp": " ",
+        "atomic": "FETCHADD_32 FETCHADD_64 SWAP_32 SWAP_64 CAS_32 CAS_64 ",
+        "bus_id": gpu.bus_id,
+        "name": gpu.name,
+        "arch": spec["architecture"],
+        "serial": gpu.serial,
+        "uuid": gpu.uuid,
+        "minor": gpu.physical,
+        "vbios": gpu_vbios(profile, faults, gpu),
+        "board_id": f"0x{bus.lower()}00",
+        "board_part": spec["board_part_number"],
+        "module_id": gpu.module_id,
+        "inforom": spec["inforom_image"],
+        "gsp_fw": profile["driver_version"],
+        "pci_bus": f"0x{bus}",
+        "device_id": spec["device_id"],
+        "subsys_id": spec["sub_system_id"],
+        "gen_max": gen_max,
+        "gen_cur": gen_cur,
+        "width_max": width_max,
+        "width_cur": width_cur,
+        "pstate": "P0",
+        "cer_idle": "Not Active" if slow else "Active",
+        "cer_hw": "Active" if slow else "Not Active",
+        "cer_hw_thermal": "Active" if slow else "Not Active",
+        "fb_total": total,
+        "fb_reserved": reserved,
+        "fb_used": used,
+        "fb_free": total - reserved - used,
+        "ecc_vol_dram_unc": unc,
+        "ecc_agg_dram_unc": unc,
+        "remap_unc": min(unc, 1) if unc else 0,
+        "remap_pending": "Yes" if unc else "No",
+        "hist_max": int(spec["row_remap_banks"]) - (1 if unc else 0),
+        "hist_high": 1 if unc else 0,
+        "temp": _temp(profile, gpu, node),
+        "mem_temp": _temp(profile, gpu, node) + 6,
+        "power_draw": f"{_power(profile, gpu, node):.2f}",
+        "power_limit": f"{float(spec['power_limit_w']):.2f}",
+        "power_min": f"{float(spec['power_min_w']):.2f}",
+        "clk_gr": clocks["graphics_idle"],
+        "clk_mem": clocks["memory"],
+        "max_gr": clocks["graphics_max"],
+        "max_video": clocks["video_max"],
+        "fabric_state": state,
+        "fabric_status": status,
+        "clique": clique,
+        "cluster_uuid": cluster,
+    }
 
 
 # ------------------------------------------------------------------------------------------

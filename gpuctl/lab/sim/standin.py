@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from . import dcgm, fabric, ib, kernel, nvsmi, peer, perf
+from . import dcgm, fabric, ib, kernel, nvsmi, nvsmi_xml, peer, perf
 from .common import Faults, Profile, visible_gpus
 from .faults import FaultError, validate
 
@@ -128,6 +128,7 @@ Supported in this simulated node (gpuctl lab):
     nvidia-smi                      the summary table
     nvidia-smi -L                   list GPUs
     nvidia-smi -q [-i ID]           query (plain text)
+    nvidia-smi -q -x [-i ID]        query (XML)
     nvidia-smi --query-gpu=F,... --format=csv[,noheader][,nounits] [-i ID]
     nvidia-smi topo -m
     nvidia-smi nvlink -s [-i ID]
@@ -180,6 +181,14 @@ def _smi(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out)
         return 0
     if rest in (["-L"], ["--list-gpus"]):
         io.out(nvsmi.listing(profile, faults, node))
+        return 0
+    query, xml = {"-q", "--query", "-a"}, {"-x", "--xml-format"}
+    if (
+        query & set(rest)
+        and xml & set(rest)
+        and all(a in query | xml or a.startswith(("-d", "--display")) for a in rest)
+    ):
+        io.out(nvsmi_xml.query_xml(profile, faults, node, only=index))
         return 0
     if rest in (["-q"], ["--query"], ["-a"]) or (
         rest[:1] in (["-q"], ["--query"])
