@@ -146,6 +146,83 @@ def test_a_node_that_does_not_come_back_after_reboot(node: str) -> None:
     assert ssh(node, "true").returncode == 0
 
 
+def _ibstat(node: str) -> dict[str, Any]:
+    res = ssh(node, "ibstat")
+    parsed = parse("ibstat", res.stdout)
+    assert parsed.recognised, parsed.problems
+    cas: dict[str, Any] = parsed.data["cas"]
+    return cas
+
+
+def _busbw(node: str) -> float:
+    run = ssh(node, "all_reduce_perf -b 8 -e 8G -f 2 -g 8")
+    value = parse("nccl", run.stdout).data["avg_busbw"]
+    assert isinstance(value, float), run.stdout[-500:]
+    return value
+
+
+def _kernel_xids(node: str) -> list[int]:
+    out = ssh(node, "journalctl -t kernel --no-pager -o short").stdout
+    return [e["xid"] for e in parse("xid", out).data["events"]]
+
+
+def _fm_active(node: str) -> bool | None:
+    ssh(node, "systemctl restart nvidia-fabricmanager")
+    status = parse("fabricmanager", ssh(node, "systemctl status nvidia-fabricmanager").stdout)
+    active: bool | None = status.data["active"]
+    return active
+
+
+# fault, value, what shows it through gpuctl's own parsers (called with the node address)
+FAULT_EFFECTS: list[tuple[str, str, Any]] = [
+    ("ecc", "2:5", lambda n: _smi_q(n)["gpus"][2]["remapped_rows"]["pending"] is True),
+    ("pcie_degraded", "1:8:4", lambda n: _smi_q(n)["gpus"][1]["pcie"]["width_current"] == 8),
+    (
+        "clocks_throttled",
+        "all",
+        lambda n: _smi_q(n)["gpus"][0]["clocks_event_reasons"].get("hw_slowdown") is True,
+    ),
+    (
+        "nvlink_degraded",
+        "0-1:2",
+        lambda n: (
+            parse("topo", ssh(n, "nvidia-smi topo -m").stdout).data["links"]["GPU0"]["GPU1"]
+            == "NV16"
+        ),
+    ),
+    ("xid", "13:0", lambda n: 13 in _kernel_xids(n)),
+    ("ib_rate", "mlx5_1:200", lambda n: _ibstat(n)["mlx5_1"]["ports"]["1"]["rate"] == 200),
+    ("ib_port_down", "mlx5_2", lambda n: _ibstat(n)["mlx5_2"]["ports"]["1"]["state"] == "Down"),
+    (
+        "firmware",
+        "hca=28.39.1002",
+        lambda n: _ibstat(n)["mlx5_0"]["firmware_version"] == "28.39.1002",
+    ),
+    ("nccl_slow", "0.5", lambda n: _busbw(n) < 0.6 * BASELINE["busbw"]),
+    ("slow_node", "0.5", lambda n: _busbw(n) < 0.6 * BASELINE["busbw"]),
+    ("fabricmanager_failed", "", lambda n: _fm_active(n) is False),
+    (
+        "fabricmanager_version",
+        "570.124.06",
+        lambda n: "570.124.06" in ssh(n, "nv-fabricmanager --version").stdout,
+    ),
+]
+BASELINE: dict[str, float] = {}
+
+
+def test_every_other_fault_shows_in_the_node_and_clears(node: str) -> None:
+    res = ssh(node, f"{APT} install infiniband-diags")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    BASELINE["busbw"] = _busbw(node)
+    for fault, value, shows in FAULT_EFFECTS:
+        assert not shows(node), f"{fault} shows before it was injected"
+        lab.inject_fault("gpu001", fault, value)
+        assert shows(node), f"{fault} {value} does not show"
+        lab.clear_faults("gpu001")
+        if fault != "xid":  # a kernel log keeps its lines, like a real one
+            assert not shows(node), f"{fault} still shows after --clear"
+
+
 def test_unknown_fault_is_a_clear_error() -> None:
     with pytest.raises(LabError, match="unknown fault"):
         lab.inject_fault("gpu001", "gpu_on_fire", "1")
