@@ -18,6 +18,7 @@ from gpuctl.lab.sim import (
     fabric,
     ib,
     kernel,
+    mft,
     nvsmi,
     nvsmi_xml,
     perf,
@@ -216,6 +217,59 @@ def test_infiniband_outputs(name: str) -> None:
     assert devinfo["hcas"].keys() == verbose["hcas"].keys() == set(names)
     netdev = _ok("ibdev2netdev", ib.ibdev2netdev(profile, {}, NODE)).data
     assert json.dumps(netdev).count('"Up"') == len(names)
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_firmware_tools(name: str) -> None:
+    profile = _profile(name)
+    nics = profile["nics"]
+    if not nics:
+        with pytest.raises(mft.MftError, match="No devices found"):
+            mft.mlxfwmanager_query(profile, {}, NODE)
+        return
+    names = [port["name"] for port in nics["ports"]]
+    for faults, want in (({}, profile["firmware"]["hca"]), (_faults("firmware=hca=28.39.1002"),
+                                                            "28.39.1002")):  # fmt: skip
+        devices = _ok("mlxfwmanager", mft.mlxfwmanager_query(profile, faults, NODE)).data
+        devices = devices["devices"]
+        assert len(devices) == len(names)
+        for device in devices:
+            assert device["versions"]["FW"] == {"current": want, "available": None}
+            assert device["psid"] == nics["board_id"]
+            assert device["device_type"] == mft.device_type(nics["ca_type"])
+            assert device["status"] == "No matching image found"
+        assert len({device["base_guid"] for device in devices}) == len(names)
+        for index, hca in enumerate(names):
+            flint = _ok("flint-query", mft.flint_query(profile, faults, NODE, hca)).data
+            assert flint["fw_version"] == want
+            assert flint["psid"] == nics["board_id"]
+            assert flint["base_guid"] == devices[index]["base_guid"]
+            assert flint["base_mac"] == devices[index]["base_mac"]
+            pci = devices[index]["pci_device_name"]
+            assert mft.flint_query(profile, faults, NODE, pci) == mft.flint_query(
+                profile, faults, NODE, hca
+            )
+    with pytest.raises(mft.MftError, match="Cannot open Device"):
+        mft.flint_query(profile, {}, NODE, "/dev/mst/nope")
+
+
+def test_firmware_tools_standin_dispatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    (tmp_path / "hw.json").write_text(profiles.profile_json(H100), encoding="utf-8")
+    monkeypatch.setenv("GPUCTL_SIM_PROFILE", str(tmp_path / "hw.json"))
+    monkeypatch.setenv("GPUCTL_SIM_FAULTS", str(tmp_path / "faults.json"))
+    monkeypatch.setenv("GPUCTL_SIM_NODE", NODE)
+    out, err = io.StringIO(), io.StringIO()
+    assert standin.main("/usr/bin/mlxfwmanager", ["--query"], out, err) == 0
+    profile = _profile(H100)
+    devices = _ok("mlxfwmanager", out.getvalue()).data["devices"]
+    assert len(devices) == len(profile["nics"]["ports"])
+    out = io.StringIO()
+    assert standin.main("flint", ["-d", devices[0]["pci_device_name"], "query"], out, err) == 0
+    assert _ok("flint-query", out.getvalue()).data["fw_version"] == profile["firmware"]["hca"]
+    assert standin.main("flint", ["-d", "mlx5_99", "query"], out, err) == 1
+    assert standin.main("mlxfwmanager", ["--bogus"], out, err) == 1
 
 
 def _devinfo_states(text: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from . import dcgm, fabric, ib, kernel, nvsmi, nvsmi_xml, peer, perf
+from . import dcgm, fabric, ib, kernel, mft, nvsmi, nvsmi_xml, peer, perf
 from .common import Faults, Profile, visible_gpus
 from .faults import FaultError, validate
 
@@ -39,6 +39,8 @@ TOOLS = (
     "dcgmi",
     "nv-fabricmanager",
     "dmesg",
+    "mlxfwmanager",
+    "flint",
 )
 
 
@@ -299,6 +301,34 @@ def _ibdev2netdev(profile: Profile, faults: Faults, node: str, args: list[str], 
 
 
 # ------------------------------------------------------------------------------------------
+# Firmware tools (MFT)
+
+
+def _mlxfwmanager(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    if any(a not in ("--query", "-q") for a in args):
+        io.err("-E- gpuctl lab: only 'mlxfwmanager [--query]' is simulated\n")
+        return 1
+    try:
+        io.out(mft.mlxfwmanager_query(profile, faults, node))
+    except mft.MftError as exc:
+        io.out(exc.message)
+        return exc.status
+    return 0
+
+
+def _flint(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    if len(args) != 3 or args[0] not in ("-d", "--device") or args[2] not in ("query", "q"):
+        io.err("-E- gpuctl lab: only 'flint -d DEVICE query' is simulated\n")
+        return 1
+    try:
+        io.out(mft.flint_query(profile, faults, node, args[1]))
+    except mft.MftError as exc:
+        io.err(exc.message)
+        return exc.status
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
 # Benchmarks
 
 _NCCL_OPTS = {
@@ -507,4 +537,6 @@ _HANDLERS: dict[str, _Handler] = {
     "dcgmi": _dcgmi,
     "nv-fabricmanager": _fabricmanager,
     "dmesg": _dmesg,
+    "mlxfwmanager": _mlxfwmanager,
+    "flint": _flint,
 }
