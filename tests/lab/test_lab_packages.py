@@ -223,6 +223,23 @@ def test_every_other_fault_shows_in_the_node_and_clears(node: str) -> None:
             assert not shows(node), f"{fault} still shows after --clear"
 
 
+def test_firmware_tools_from_the_lab_repository(node: str) -> None:
+    res = ssh(node, f"{APT} install mft")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    query = parse("mlxfwmanager", ssh(node, "mlxfwmanager --query").stdout)
+    assert query.recognised, query.problems
+    assert len(query.data["devices"]) == 8
+    before = {d["versions"]["FW"]["current"] for d in query.data["devices"]}
+    lab.inject_fault("gpu001", "firmware", "hca=28.39.1002")
+    query = parse("mlxfwmanager", ssh(node, "mlxfwmanager --query").stdout)
+    assert {d["versions"]["FW"]["current"] for d in query.data["devices"]} == {"28.39.1002"}
+    flint = parse("flint-query", ssh(node, "flint -d mlx5_0 query").stdout)
+    assert flint.data["fw_version"] == "28.39.1002"
+    lab.clear_faults("gpu001")
+    query = parse("mlxfwmanager", ssh(node, "mlxfwmanager --query").stdout)
+    assert {d["versions"]["FW"]["current"] for d in query.data["devices"]} == before
+
+
 def test_unknown_fault_is_a_clear_error() -> None:
     with pytest.raises(LabError, match="unknown fault"):
         lab.inject_fault("gpu001", "gpu_on_fire", "1")
