@@ -24,6 +24,7 @@ import yaml
 
 from gpuctl.config import load_cluster_text
 from gpuctl.starter import starter
+from gpuctl.validation.capture import capture_output
 from gpuctl.validation.reports import render_html, render_junit, render_prometheus
 from gpuctl.validation.suite import fewer_gc_passes, judge_directory
 
@@ -52,9 +53,7 @@ HCAS = ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "m
 
 
 def body(rel: str) -> str:
-    lines = (FIX / rel).read_bytes().decode("utf-8").splitlines(keepends=True)
-    end = next(i for i, line in enumerate(lines) if line.rstrip("\r\n") == "# ---")
-    return "".join(lines[end + 1 :])
+    return capture_output(FIX / rel)
 
 
 def make_bundle(nodes: int, directory: Path) -> str:

@@ -8,15 +8,14 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from gpuctl.cli.app import app
+from gpuctl.validation.capture import capture_output
 from gpuctl.validation.parsing import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _body(rel: str) -> str:
-    lines = (ROOT / "tests" / "fixtures" / rel).read_text(encoding="utf-8").splitlines(True)
-    end = next(i for i, line in enumerate(lines) if line.rstrip() == "# ---")
-    return "".join(lines[end + 1 :])
+    return capture_output(ROOT / "tests" / "fixtures" / rel)
 
 
 def test_parse_file_prints_the_envelope(tmp_path: Path) -> None:

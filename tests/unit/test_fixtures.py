@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuctl.validation.capture import capture_output
 from gpuctl.validation.parsing import ParseResult, parse, registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,12 +36,7 @@ FIXTURE_FILES = sorted(FIXTURES.rglob("*.txt"))
 
 def fixture_body(path: Path) -> str:
     """The output after the provenance header (which ends at the first ``# ---`` line)."""
-    text = path.read_bytes().decode("utf-8")
-    lines = text.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if line.rstrip("\r\n") == "# ---":
-            return "".join(lines[i + 1 :])
-    raise AssertionError(f"{path}: no '# ---' provenance header")
+    return capture_output(path)
 
 
 def expectation(path: Path) -> dict[str, Any]:

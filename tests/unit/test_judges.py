@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuctl.config import load_cluster
+from gpuctl.validation.capture import capture_output
 from gpuctl.validation.expect import ExpectedNic, NodeExpectation, expectations
 from gpuctl.validation.judges import (
     ProbeOutput,
@@ -25,9 +26,7 @@ FIX = ROOT / "tests" / "fixtures"
 
 
 def body(rel: str) -> str:
-    lines = (FIX / rel).read_bytes().decode("utf-8").splitlines(keepends=True)
-    end = next(i for i, line in enumerate(lines) if line.rstrip("\r\n") == "# ---")
-    return "".join(lines[end + 1 :])
+    return capture_output(FIX / rel)
 
 
 def out(kind: str, rel: str, **kw: object) -> dict[str, ProbeOutput]:

@@ -26,6 +26,7 @@ from gpuctl.lab.sim import (
     standin,
 )
 from gpuctl.lab.sim.faults import NAMES, FaultError, apply, clear, parse_assignment, validate
+from gpuctl.validation.capture import capture_output
 from gpuctl.validation.parsing import ParseResult, parse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -619,7 +620,7 @@ def test_nvidia_smi_xml_agrees_with_q(name: str, fault: str) -> None:
         for key in ("gen_current", "gen_max", "width_current", "width_max"):
             assert gx["pcie"][key] == gq["pcie"][key]
     # the layout of the real capture: first lines, tabs, and the <gpu> children in its order
-    real = XML_CAPTURE.read_text().split("# ---\n", 1)[1]
+    real = capture_output(XML_CAPTURE)
     assert xml.splitlines()[:3] == real.splitlines()[:3]
     assert xml.splitlines()[3].startswith("\t<timestamp>")
     assert [t for t in _gpu_tags(xml) if t != "gpu_reset_status"] == _gpu_tags(real)

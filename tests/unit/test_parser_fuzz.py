@@ -17,6 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuctl.validation.capture import capture_output
 from gpuctl.validation.parsing import ParseResult, registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,11 +25,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def _body(path: Path) -> str:
-    lines = path.read_bytes().decode("utf-8").splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if line.rstrip("\r\n") == "# ---":
-            return "".join(lines[i + 1 :])
-    return "".join(lines)
+    return capture_output(path)
 
 
 def _corpus() -> dict[str, list[tuple[str, dict[str, Any]]]]:

@@ -114,6 +114,16 @@ def _fabric(profile: Profile, faults: Faults) -> tuple[str, str, str, str]:
     return "Completed", "Success", "0", "00000000-0000-0000-0000-000000000000"
 
 
+def selected_gpus(
+    profile: Profile, faults: Faults, node: str, only: int | None, timestamp: str | None
+) -> tuple[list[Gpu], str]:
+    """The GPUs a query shows (``-i INDEX``: that one) and its timestamp line's time."""
+    gpus = visible_gpus(profile, faults, node)
+    if only is not None:
+        gpus = [gpu for gpu in gpus if gpu.index == only]
+    return gpus, timestamp or time.strftime("%a %b %d %H:%M:%S %Y")
+
+
 def query(
     profile: Profile,
     faults: Faults,
@@ -122,10 +132,7 @@ def query(
     only: int | None = None,
 ) -> str:
     """``nvidia-smi -q`` (``only``: ``-i INDEX``, that GPU alone)."""
-    gpus = visible_gpus(profile, faults, node)
-    if only is not None:
-        gpus = [gpu for gpu in gpus if gpu.index == only]
-    stamp = timestamp or time.strftime("%a %b %d %H:%M:%S %Y")
+    gpus, stamp = selected_gpus(profile, faults, node, only, timestamp)
     head = (
         "\n==============NVSMI LOG==============\n\n"
         f"{'Timestamp':<42}: {stamp}\n"

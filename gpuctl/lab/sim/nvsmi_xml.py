@@ -7,11 +7,10 @@ are those of the v12 A100 capture / the DTD. Standard library only (runs inside 
 
 from __future__ import annotations
 
-import time
 from xml.sax.saxutils import escape, quoteattr
 
-from .common import Faults, Profile, visible_gpus
-from .nvsmi import gpu_values
+from .common import Faults, Profile
+from .nvsmi import gpu_values, selected_gpus
 
 DOCTYPE = '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">'
 
@@ -363,10 +362,7 @@ def query_xml(
     only: int | None = None,
 ) -> str:
     """``nvidia-smi -q -x`` (``only``: ``-i INDEX``, that GPU alone)."""
-    gpus = visible_gpus(profile, faults, node)
-    if only is not None:
-        gpus = [gpu for gpu in gpus if gpu.index == only]
-    stamp = timestamp or time.strftime("%a %b %d %H:%M:%S %Y")
+    gpus, stamp = selected_gpus(profile, faults, node, only, timestamp)
     parts = [
         '<?xml version="1.0" ?>\n',
         f"{DOCTYPE}\n",

@@ -69,14 +69,8 @@ _NUM_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%/()]*)")
 
 
 # Real -q / -q -x output nests 6 levels deep; deeper input is refused line by line (it would
-# otherwise recurse without bound), and numbers longer than this are not numbers nvidia-smi
-# prints (int() refuses > 4300 digits, float() turns 400 digits into inf).
+# otherwise recurse without bound). Over-long numbers are refused by the shared number().
 _MAX_DEPTH = 24
-_MAX_DIGITS = 40
-
-
-def _number(text: str) -> int | float | None:
-    return number(text) if len(text) <= _MAX_DIGITS else None
 
 
 _ANY_ERROR_BANNER = re.compile("|".join(f"(?:{p.pattern})" for p in _ERROR_BANNERS), re.IGNORECASE)
@@ -184,7 +178,7 @@ def _num(value: str | None) -> int | float | None:
     if _placeholder(value):
         return None
     m = _NUM_UNIT.fullmatch((value or "").strip())
-    return _number(m.group(1)) if m else None
+    return number(m.group(1)) if m else None
 
 
 def _int(value: str | None) -> int | None:
@@ -950,7 +944,7 @@ def _csv_value(name: str, unit: str | None, cell: str | None) -> tuple[Any, bool
         return cell, False
     m = _NUM_UNIT.fullmatch(cell.strip())
     if m and (m.group(2) == "" or (unit is not None and m.group(2) == unit.strip())):
-        n = _number(m.group(1))
+        n = number(m.group(1))
         return (cell if n is None else n), False
     return cell, False
 
