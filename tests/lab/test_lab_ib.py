@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from lab_helpers import sh
 
 from gpuctl.lab import lab, repo
 from gpuctl.lab.sim import profiles
@@ -39,13 +40,7 @@ def cluster() -> Iterator[dict[str, str]]:
 
 
 def ssh(address: str, command: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        lab.ssh_argv(address, ["sh", "-c", f"'{command}'"]),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return sh(address, command, timeout=timeout)
 
 
 def _expected_bw() -> float:

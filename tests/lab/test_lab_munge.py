@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from lab_helpers import ansible, render_lab, sh
 
-from gpuctl.config import load_cluster
 from gpuctl.lab import lab
 
 pytestmark = [
@@ -41,12 +39,9 @@ def running() -> Iterator[lab.UpResult]:
 
 @pytest.fixture(scope="module")
 def render_dir(running: lab.UpResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from gpuctl.render import render_cluster
-
     out = tmp_path_factory.mktemp("munge-render")
     assert running.status.cluster_yml is not None
-    render_cluster(load_cluster(running.status.cluster_yml), out)
-    shutil.copy(lab.known_hosts(), out / "known_hosts")
+    render_lab(running.status.cluster_yml, out)
     return out
 
 
@@ -57,34 +52,11 @@ def address(running: lab.UpResult, name: str) -> str:
 def ssh(
     running: lab.UpResult, name: str, command: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        lab.ssh_argv(address(running, name), ["sh", "-c", f"'{command}'"]),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return sh(address(running, name), command, stdin=stdin, timeout=120)
 
 
 def playbook(render_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(render_dir / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"),
-        "ANSIBLE_HOME": str(render_dir / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(render_dir / ".t"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    res = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK), *args],
-        cwd=render_dir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    res = ansible(render_dir, "ansible-playbook", str(PLAYBOOK), *args)
     OUTPUTS.append(res.stdout + res.stderr)
     return res
 

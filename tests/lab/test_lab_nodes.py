@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from lab_helpers import ansible, render_lab
 
 from gpuctl.config import load_cluster
 from gpuctl.lab import lab
@@ -137,43 +138,14 @@ def test_reboot_from_inside_comes_back_with_its_disk(running: lab.UpResult) -> N
 def test_real_ansible_over_ssh_reboots_a_node(running: lab.UpResult, tmp_path: Path) -> None:
     """gpuctl render's inventory and ansible.cfg drive the lab with real Ansible, host keys
     checked against the lab's known_hosts; the reboot module sees a real reboot."""
-    import shutil
-    import sys
-
-    from gpuctl.render import render_cluster
-
     assert running.status.cluster_yml is not None
-    render_cluster(load_cluster(running.status.cluster_yml), tmp_path)
-    shutil.copy(lab.known_hosts(), tmp_path / "known_hosts")
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg"),
-        "ANSIBLE_HOME": str(tmp_path / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / ".t"),
-    }
-    ansible = str(Path(sys.executable).parent / "ansible")
-    ping = subprocess.run(
-        [ansible, "all", "-m", "ansible.builtin.ping"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    render_lab(running.status.cluster_yml, tmp_path)
+    ping = ansible(tmp_path, "ansible", "all", "-m", "ansible.builtin.ping", timeout=300)
     assert ping.returncode == 0, ping.stdout[-2000:] + ping.stderr[-2000:]
     assert ping.stdout.count("SUCCESS") == 3
     address = running.status.nodes[1].address
     before = ssh(address, "cat", "/proc/sys/kernel/random/boot_id").stdout
-    res = subprocess.run(
-        [ansible, "gpu001", "-m", "ansible.builtin.reboot"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    res = ansible(tmp_path, "ansible", "gpu001", "-m", "ansible.builtin.reboot", timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "rebooted: true" in res.stdout
     assert ssh(address, "cat", "/proc/sys/kernel/random/boot_id").stdout != before

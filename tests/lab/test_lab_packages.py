@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from lab_helpers import sh
 
 from gpuctl.lab import lab, repo
 from gpuctl.lab.system import LabError
@@ -37,13 +38,7 @@ def node() -> Iterator[str]:
 
 
 def ssh(address: str, command: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        lab.ssh_argv(address, ["sh", "-c", f"'{command}'"]),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return sh(address, command, timeout=timeout)
 
 
 def _refused(host: str, port: int) -> bool:

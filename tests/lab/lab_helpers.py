@@ -1,0 +1,59 @@
+"""What the lab test modules share: a shell command on a node, real Ansible on the lab."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from gpuctl.config import load_cluster
+from gpuctl.lab import lab
+from gpuctl.render import render_cluster
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sh(
+    address: str, command: str, *, stdin: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` with sh on a lab node (host keys checked), never raising."""
+    return subprocess.run(
+        lab.ssh_argv(address, ["sh", "-c", f"'{command}'"]),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def render_lab(cluster_yml: Path, out: Path) -> Path:
+    """gpuctl render of the running lab, with the lab's known_hosts beside the inventory."""
+    render_cluster(load_cluster(cluster_yml), out)
+    shutil.copy(lab.known_hosts(), out / "known_hosts")
+    return out
+
+
+def ansible(
+    render_dir: Path, tool: str, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Run ``ansible`` or ``ansible-playbook`` with the rendered ansible.cfg and the roles."""
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(render_dir / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"),
+        "ANSIBLE_HOME": str(render_dir / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(render_dir / ".t"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    return subprocess.run(
+        [str(Path(sys.executable).parent / tool), *args],
+        cwd=render_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
