@@ -46,7 +46,10 @@ from gpuctl.starter import starter
 BRIDGE = "gpuctl-br0"
 HOST_ADDRESS = "198.18.0.1"
 PREFIX = 24
-BASE_PACKAGES = "openssh-server,python3,iproute2,sudo,systemd,systemd-sysv,dbus,iputils-ping"
+# python3-apt: Ansible's apt module needs it for check mode (Debian and Ubuntu servers ship it)
+BASE_PACKAGES = (
+    "openssh-server,python3,python3-apt,iproute2,sudo,systemd,systemd-sysv,dbus,iputils-ping"
+)
 DEBIAN_MIRROR = os.environ.get("GPUCTL_LAB_MIRROR", "http://deb.debian.org/debian")
 BOOT_TIMEOUT_S = 120
 
@@ -93,7 +96,8 @@ class UpResult:
 def ensure_base() -> bool:
     """Build the cached Debian 12 base root once; True when it was built now."""
     base = lab_dir() / "base"
-    if (base / ".gpuctl-base-ok").is_file():
+    stamp = base / ".gpuctl-base-ok"
+    if stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == BASE_PACKAGES:
         return False
     tmp = lab_dir() / "base.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
