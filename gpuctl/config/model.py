@@ -192,10 +192,11 @@ class PackageSources(_Strict):
         None,
         description="Mirror of the OS distribution (apt or dnf); null keeps the nodes' sources.",
     )
-    cuda: Url = Field(
+    cuda: Url | None = Field(
         "https://developer.download.nvidia.com/compute/cuda/repos",
         description="NVIDIA CUDA repository root (driver, Fabric Manager, NCCL, DCGM); "
-        "`<distro>/<arch>/` is appended.",
+        "`<distro>/<arch>/` is appended. null = the nodes' own package sources already carry "
+        "NVIDIA's packages (a site mirror) and gpuctl adds no repository.",
     )
     doca: Url = Field(
         "https://linux.mellanox.com/public/repo/doca",

@@ -413,7 +413,7 @@ def lab_cluster_text(compute_nodes: int, profile: str) -> str:
                 "name": "ib",
                 "kind": "infiniband",
                 "generation": _IB_GENERATIONS[rate],
-                "subnet_manager": "opensm",
+                "subnet_manager": "switch",
                 "topology": leaves,
             }
         else:

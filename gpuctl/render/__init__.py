@@ -7,6 +7,7 @@ The same input always gives byte-identical output: no timestamps, stable orderin
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds, nodes
-from gpuctl.config.model import Cluster, NodeGroup
+from gpuctl.config.model import Cluster, NodeGroup, RoceQos
 from gpuctl.config.rules import (
     ansible_group_name,
     effective_interconnect,
@@ -203,6 +204,7 @@ def _inventory_text(cluster: Cluster) -> str:
     # creating thousands of host_vars files dominated render time). host_vars/ stays free for
     # the operator's own overrides, which a re-render never touches.
     leaves = _leaf_index(cluster)
+    rdma_hosts = _rdma_host_vars(cluster)
     for group in cluster.node_groups:
         names = group.node_names()
         addrs = group.address_list()
@@ -215,6 +217,8 @@ def _inventory_text(cluster: Cluster) -> str:
             if name in leaves:
                 pairs = ", ".join(f"{fab}: {leaf}" for fab, leaf in leaves[name].items())
                 host.append(f"          gpuctl_leaves: {{{pairs}}}")
+            for key, value in rdma_hosts.get(name, {}).items():
+                host.append(f"          {key}: {_flow(value)}")
             lines.append(f"        {name}:" if host else f"        {name}: null")
             lines.extend(host)
     for group_name, members in _membership_groups(cluster):
@@ -222,6 +226,44 @@ def _inventory_text(cluster: Cluster) -> str:
         lines.append("      hosts:")
         lines.extend(f"        {name}: null" for name in members)
     return "\n".join(lines) + "\n"
+
+
+def _flow(value: Any) -> str:
+    return yaml.dump(
+        value, Dumper=_Dumper, default_flow_style=True, width=10_000, sort_keys=False
+    ).strip()
+
+
+def _rdma_host_vars(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """Per host: where opensm runs (the first member of each InfiniBand fabric that wants it on
+    a node) and the IPoIB address of the fabric's first port (network address + position + 1)."""
+    out: dict[str, dict[str, Any]] = {}
+    for fab in cluster.fabrics:
+        if fab.kind.value != "infiniband":
+            continue
+        members: list[tuple[str, str]] = []  # (host, first device on this fabric)
+        for group in cluster.node_groups:
+            devices = [
+                d for nic in group.nics if nic.fabric == fab.name for d in NodeSet(nic.devices)
+            ]
+            if devices:
+                members.extend((n, devices[0]) for n in group.node_names())
+        if not members:
+            continue
+        if fab.subnet_manager is not None and fab.subnet_manager.value == "opensm":
+            out.setdefault(members[0][0], {})["rdma_opensm_enabled"] = True
+        if fab.ipoib is not None:
+            net = ipaddress.IPv4Network(fab.ipoib.network)
+            if len(members) > net.num_addresses - 2:
+                raise RenderError(
+                    f"fabric {fab.name}: IPoIB network {net} has no room for {len(members)} hosts"
+                )
+            for i, (host, device) in enumerate(members):
+                address = f"{net.network_address + i + 1}/{net.prefixlen}"
+                out.setdefault(host, {}).setdefault("rdma_ipoib", []).append(
+                    {"device": device, "address": address}
+                )
+    return out
 
 
 def _membership_groups(cluster: Cluster) -> list[tuple[str, list[str]]]:
@@ -243,6 +285,7 @@ def _membership_groups(cluster: Cluster) -> list[tuple[str, list[str]]]:
         out.append(("gpu", gpu_hosts))
     if nvswitch_hosts:
         out.append(("nvswitch", nvswitch_hosts))
+    rdma_hosts: list[str] = []
     for fab in cluster.fabrics:
         members = [
             n
@@ -252,6 +295,11 @@ def _membership_groups(cluster: Cluster) -> list[tuple[str, list[str]]]:
         ]
         if members:
             out.append((ansible_group_name("fabric", fab.name), members))
+    for group in cluster.node_groups:
+        if group.nics:
+            rdma_hosts.extend(group.node_names())
+    if rdma_hosts:
+        out.append(("rdma", rdma_hosts))
     topo = topology_fabric(cluster)
     if topo is not None and topo.topology is not None:
         for leaf in topo.topology.leaves:
@@ -266,33 +314,19 @@ def _interconnect(group: NodeGroup) -> str | None:
 
 
 def _all_vars(cluster: Cluster) -> dict[str, Any]:
+    """group_vars/all.yml: gpuctl's own facts, then each role's inputs under its own prefix."""
     sw = cluster.software
     src = cluster.package_sources
     slurm = cluster.slurm
+    fm_version = sw.fabric_manager.version or sw.driver.version
+    any_nvswitch = any(_interconnect(g) == "nvswitch" for g in cluster.node_groups)
+    gpu_models = sorted({g.gpus.model.value for g in cluster.node_groups if g.gpus is not None})
     return {
         "gpuctl_cluster_name": cluster.name,
         "gpuctl_schema_version": cluster.schema_version,
         "gpuctl_package_sources": src.model_dump(mode="json"),
         "gpuctl_validation_level": cluster.validation.level.value,
         "gpuctl_rollout": cluster.rollout.model_dump(mode="json"),
-        "nvidia_driver_branch": sw.driver.branch,
-        "nvidia_driver_version": sw.driver.version,
-        "nvidia_driver_kernel_modules": sw.driver.kernel_modules.value,
-        "fabric_manager_version": sw.fabric_manager.version or sw.driver.version,
-        "cuda_version": sw.cuda,
-        "nccl_version": sw.nccl,
-        "nccl_tests_version": sw.nccl_tests,
-        "dcgm_version": sw.dcgm,
-        "rdma_stack": sw.rdma.stack.value,
-        "rdma_doca_version": sw.rdma.doca_version,
-        "rdma_peermem": sw.rdma.peermem,
-        "mpi_flavor": sw.mpi.flavor.value,
-        "mpi_version": sw.mpi.version,
-        "mpi_url": sw.mpi.url,
-        "slurm_version": sw.slurm,
-        "slurm_cluster_name": slurm.cluster_name or cluster.name,
-        "slurm_controller": slurm.controller,
-        "slurm_backup_controller": slurm.backup_controller,
         "gpuctl_fabrics": [
             {
                 "name": f.name,
@@ -305,6 +339,43 @@ def _all_vars(cluster: Cluster) -> dict[str, Any]:
             }
             for f in cluster.fabrics
         ],
+        # the version gate of the preflight role checks this set before anything is installed
+        "preflight_versions": {
+            "driver": sw.driver.version,
+            "driver_branch": sw.driver.branch,
+            "kernel_modules": sw.driver.kernel_modules.value,
+            "fabric_manager": fm_version if any_nvswitch else None,
+            "cuda": sw.cuda,
+            "nccl": sw.nccl,
+            "dcgm": sw.dcgm,
+            "rdma_stack": sw.rdma.stack.value,
+            "doca": sw.rdma.doca_version,
+            "gpu_models": gpu_models,
+        },
+        "nvidia_driver_branch": sw.driver.branch,
+        "nvidia_driver_version": sw.driver.version,
+        "nvidia_driver_kernel_modules": sw.driver.kernel_modules.value,
+        "nvidia_driver_repo_url": src.cuda,
+        "fabric_manager_version": fm_version,
+        "nccl_version": sw.nccl,
+        "nccl_tests_version": sw.nccl_tests,
+        "nccl_tests_repo_url": src.nccl_tests,
+        "nccl_tests_mpi_flavor": sw.mpi.flavor.value,
+        "nccl_tests_mpi_version": sw.mpi.version,
+        "nccl_tests_mpi_url": sw.mpi.url,
+        "dcgm_version": sw.dcgm,
+        "dcgm_cuda_major": sw.cuda.split(".", 1)[0],
+        "rdma_stack": sw.rdma.stack.value,
+        "rdma_doca_version": sw.rdma.doca_version,
+        "rdma_doca_repo_url": src.doca,
+        "rdma_peermem": sw.rdma.peermem,
+        # the key is adopted from the first host and never leaves the nodes' own files
+        "munge_key_generate": True,
+        "slurm_controller_host": slurm.controller,
+        "slurm_controller_config_src": "{{ inventory_dir }}/slurm",
+        "slurm_controller_package_version": sw.slurm,
+        "slurm_node_config_src": "{{ inventory_dir }}/slurm",
+        "slurm_node_package_version": sw.slurm,
     }
 
 
@@ -339,12 +410,26 @@ def _group_vars(cluster: Cluster, group: NodeGroup, gi: int) -> dict[str, Any]:
                     "rail": rail if nic.rails else None,
                 }
             )
+    rdma_devices = [n["device"] for n in nics]
+    roce = [n for n in nics if n["kind"] == "roce"]
+    qos_vars: dict[str, Any] = {}
+    if roce:
+        qos = fabrics[str(roce[0]["fabric"])].qos or RoceQos()
+        qos_vars = {
+            "roce_qos_devices": [n["device"] for n in roce],
+            "roce_qos_trust": qos.trust,
+            "roce_qos_pfc_priority": qos.pfc_priority,
+            "roce_qos_dscp": qos.dscp,
+            "roce_qos_ecn": qos.ecn,
+        }
     return {
         "gpuctl_node_group": group.name,
         "gpuctl_group_roles": [r.value for r in group.roles],
         "gpuctl_gpu": gpu,
         "gpuctl_nics": nics,
         "fabric_manager_enabled": _interconnect(group) == "nvswitch",
+        "rdma_devices": rdma_devices,
+        **qos_vars,
         "gpuctl_validation_level": (group.validation.level or cluster.validation.level).value,
         "gpuctl_thresholds": {
             k: v.value for k, v in effective_thresholds(cluster, group, gi).items()

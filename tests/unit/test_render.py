@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from gpuctl.config import load_cluster, load_cluster_text
+from gpuctl.errors import RenderError
 from gpuctl.render import MANIFEST, render_cluster, render_files
 from gpuctl.resources import templates_dir
 from gpuctl.starter import starter
@@ -215,3 +216,40 @@ def test_cpu_only_cluster_has_no_gres() -> None:
 def test_every_template_compiles(template: str) -> None:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=False)  # noqa: S701 - config files
     env.get_template(template)  # raises TemplateSyntaxError on a syntax error
+
+
+def _vars_of(files: dict[str, str], path: str) -> dict[str, Any]:
+    data = yaml.safe_load(files[path])
+    assert isinstance(data, dict)
+    return data
+
+
+def test_roce_groups_get_the_fabric_qos_and_ib_fabrics_opensm_on_one_host() -> None:
+    roce = render_files(load_cluster(Path(__file__).parents[2] / "inventories" / "a100-roce.yml"))
+    groups = [p for p in roce if p.startswith("group_vars/ng_")]
+    with_qos = [_vars_of(roce, p) for p in groups if "roce_qos_devices" in _vars_of(roce, p)]
+    assert with_qos, groups
+    for gv in with_qos:
+        assert gv["roce_qos_devices"] == gv["rdma_devices"]
+        assert (gv["roce_qos_trust"], gv["roce_qos_pfc_priority"]) in {("dscp", 3), ("pcp", 3)}
+        assert isinstance(gv["roce_qos_ecn"], bool)
+    assert "rdma_opensm_enabled" not in roce["inventory.yml"]
+
+    doc = _doc()
+    doc["fabrics"][0]["subnet_manager"] = "opensm"
+    doc["fabrics"][0]["ipoib"] = {"network": "10.10.0.0/16"}
+    files = render_files(load_cluster_text(yaml.safe_dump(doc), "c.yml"))
+    hosts = yaml.safe_load(files["inventory.yml"])["all"]["children"]["ng_hgx"]["hosts"]
+    with_sm = [h for h, hv in hosts.items() if hv.get("rdma_opensm_enabled")]
+    assert with_sm == ["gpu001"]
+    assert [hv["rdma_ipoib"] for hv in hosts.values()][:2] == [
+        [{"device": "mlx5_0", "address": "10.10.0.1/16"}],
+        [{"device": "mlx5_0", "address": "10.10.0.2/16"}],
+    ]
+
+
+def test_ipoib_network_too_small_is_an_error_not_a_clash() -> None:
+    doc = _doc()
+    doc["fabrics"][0]["ipoib"] = {"network": "10.10.0.0/30"}  # 2 usable addresses, 4 hosts
+    with pytest.raises(RenderError, match=r"IPoIB network 10\.10\.0\.0/30 has no room for 4"):
+        render_files(load_cluster_text(yaml.safe_dump(doc), "c.yml"))
