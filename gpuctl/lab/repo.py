@@ -83,6 +83,7 @@ class PackageSpec:
     bin: tuple[str, ...]
     service: str | None
     source: str
+    modules: tuple[str, ...] = ()  # kernel modules: modprobe.d install lines + device nodes
 
     @property
     def deb_name(self) -> str:
@@ -107,6 +108,7 @@ def load_specs(path: Path = PACKAGES_YML) -> list[PackageSpec]:
                 bin=tuple(str(b) for b in p.get("bin") or ()),
                 service=str(p["service"]) if p.get("service") else None,
                 source=str(p.get("source", "")),
+                modules=tuple(str(m) for m in p.get("modules") or ()),
             )
         )
     return specs
@@ -163,6 +165,68 @@ def _unit(service: str) -> str:
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )
+
+
+DEVICES_UNIT = "gpuctl-lab-nvidia-devices.service"
+DEVICES_SCRIPT = f"{SIM_PREFIX}/kernel/nvidia-devices"
+MODPROBE_CONF = "etc/modprobe.d/gpuctl-lab-nvidia.conf"
+
+
+def _devices_unit() -> str:
+    """Boot: the device nodes the loaded module would give the node (see sim/devices.py)."""
+    return (
+        "[Unit]\n"
+        f"Description=NVIDIA device nodes /dev/nvidia* ({STANDIN_NOTICE})\n"
+        "DefaultDependencies=no\n"
+        "After=systemd-tmpfiles-setup-dev.service\n"
+        "Before=sysinit.target shutdown.target nvidia-persistenced.service slurmd.service\n"
+        "Conflicts=shutdown.target\n\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        f"ExecStart={DEVICES_SCRIPT}\n\n"
+        "[Install]\n"
+        "WantedBy=sysinit.target\n"
+    )
+
+
+def _modprobe_conf(modules: tuple[str, ...]) -> str:
+    """``install``/``remove`` lines: modprobe runs these instead of (un)loading a module."""
+    lines = [
+        f"# {STANDIN_NOTICE}: a lab node (a container) has no kernel modules;",
+        "# modprobe runs these commands instead (man modprobe.d, install / remove).",
+    ]
+    for module in modules:
+        lines.append(f"install {module} {DEVICES_SCRIPT} modprobe {module}")
+        lines.append(f"remove {module} /bin/true")
+    return "\n".join(lines) + "\n"
+
+
+def _maintainer_scripts(spec: PackageSpec) -> dict[str, str]:
+    """DEBIAN/postinst and prerm of a kernel module stand-in: its devices unit enabled and run.
+
+    Service units (Fabric Manager, DCGM) are not enabled on install: NVIDIA's packages leave
+    that to the administrator ("systemctl enable --now ..." in their install guides).
+    """
+    if not spec.modules:
+        return {}
+    postinst = (
+        f"#!/bin/sh\n# {STANDIN_NOTICE}\nset -e\n"
+        'if [ "$1" = configure ]; then\n'
+        f"    systemctl enable {DEVICES_UNIT} >/dev/null 2>&1 || true\n"
+        "    if [ -d /run/systemd/system ]; then\n"
+        "        systemctl daemon-reload\n"
+        f"        systemctl start {DEVICES_UNIT}\n"
+        "    fi\n"
+        "fi\n"
+    )
+    prerm = (
+        f"#!/bin/sh\n# {STANDIN_NOTICE}\nset -e\n"
+        'if [ "$1" = remove ] && [ -d /run/systemd/system ]; then\n'
+        f"    systemctl disable --now {DEVICES_UNIT} >/dev/null 2>&1 || true\n"
+        "fi\n"
+    )
+    return {"postinst": postinst, "prerm": prerm}
 
 
 def _sim_sources(src_root: Path) -> list[tuple[Path, str]]:
@@ -228,6 +292,15 @@ def build_deb(spec: PackageSpec, out_dir: Path, src_root: Path) -> Path:
             _write(unit, _unit(spec.service))
             cfg = root / "usr" / "share" / "nvidia" / "nvswitch" / "fabricmanager.cfg"
             _write(cfg, f"# {STANDIN_NOTICE}\nLOG_LEVEL=4\nFABRIC_MODE=0\n")
+        if spec.modules:
+            script = src_root / "gpuctl" / "lab" / "sim" / "devices.py"
+            text = "#!/usr/bin/python3\n" + script.read_text(encoding="utf-8")
+            _write(root / DEVICES_SCRIPT.lstrip("/"), text, 0o755)
+            _write(root / "lib" / "systemd" / "system" / DEVICES_UNIT, _devices_unit())
+            _write(root / MODPROBE_CONF, _modprobe_conf(spec.modules))
+            _write(root / "DEBIAN" / "conffiles", f"/{MODPROBE_CONF}\n")
+        for name, text in _maintainer_scripts(spec).items():
+            _write(root / "DEBIAN" / name, text, 0o755)
         for d in root.rglob("*"):
             if d.is_dir():
                 os.chmod(d, 0o755)  # noqa: S103 - package directories are 0755

@@ -191,3 +191,39 @@ def test_infiniband_stand_ins_use_debians_names_above_bookworms_versions(built: 
     for name in (*bookworm, "mlnx-tools"):
         files = _contents(built / specs[name].deb_name)
         assert all(f"/usr/bin/{tool}" in files for tool in specs[name].bin)
+
+
+def test_kernel_module_stand_in_makes_devices_and_answers_modprobe(
+    built: Path, tmp_path: Path
+) -> None:
+    spec = next(s for s in repo.load_specs() if s.name == "nvidia-kernel-open-dkms")
+    assert "kmod" in spec.depends  # modprobe itself
+    assert {"nvidia", "nvidia-uvm", "nvidia-peermem"} <= set(spec.modules)
+    deb = built / spec.deb_name
+    files = _contents(deb)
+    assert files[repo.DEVICES_SCRIPT].startswith("-rwxr-xr-x")
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
+    conf = (tmp_path / repo.MODPROBE_CONF).read_text()
+    for module in spec.modules:
+        assert f"install {module} {repo.DEVICES_SCRIPT} modprobe {module}\n" in conf
+        assert f"remove {module} /bin/true\n" in conf
+    unit = (tmp_path / "lib/systemd/system" / repo.DEVICES_UNIT).read_text()
+    assert f"ExecStart={repo.DEVICES_SCRIPT}\n" in unit
+    assert "WantedBy=sysinit.target" in unit
+    assert "Before=sysinit.target" in unit
+    assert "slurmd.service" in unit
+    script = (tmp_path / repo.DEVICES_SCRIPT.lstrip("/")).read_text()
+    assert script.startswith("#!/usr/bin/python3\n")
+    compile(script, "nvidia-devices", "exec")
+    control = tmp_path / "control"
+    subprocess.run(["dpkg-deb", "-e", str(deb), str(control)], check=True)
+    postinst = (control / "postinst").read_text()
+    assert f"systemctl enable {repo.DEVICES_UNIT}" in postinst
+    assert f"systemctl start {repo.DEVICES_UNIT}" in postinst
+    assert (control / "postinst").stat().st_mode & 0o111
+    assert (control / "conffiles").read_text() == f"/{repo.MODPROBE_CONF}\n"
+    # service stand-ins are not enabled on install (NVIDIA's packages leave that to the admin)
+    fm = built / f"nvidia-fabricmanager-570_{DRIVER}_amd64.deb"
+    fm_control = tmp_path / "fm-control"
+    subprocess.run(["dpkg-deb", "-e", str(fm), str(fm_control)], check=True)
+    assert not (fm_control / "postinst").exists()

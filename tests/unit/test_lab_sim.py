@@ -967,3 +967,64 @@ def test_ib_write_bw_port_goes_down_while_the_server_waits(tmp_path: Path) -> No
     failed = parse("perftest", client.stderr + client.stdout)
     assert not failed.recognised
     assert "Failed to modify QP to RTR" in failed.problems[0]
+
+
+# ------------------------------------------------------------------------------------------
+# Device nodes and modprobe (the kernel module stand-in)
+
+
+def test_device_nodes_follow_the_gpu_count() -> None:
+    from gpuctl.lab.sim import devices
+
+    nodes = devices.device_nodes(8)
+    assert [n for n in nodes if n[0].startswith("nvidia") and n[0][6:].isdigit()] == [
+        (f"nvidia{i}", 195, i) for i in range(8)
+    ]
+    assert ("nvidiactl", 195, 255) in nodes
+    assert ("nvidia-uvm", devices.UVM_MAJOR, 0) in nodes
+    assert devices.device_nodes(0) == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="mknod of character devices is Linux")
+def test_device_script_makes_char_devices_and_answers_modprobe(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    if os.geteuid() != 0:
+        pytest.skip("mknod of character devices needs root")
+    script = ROOT / "gpuctl" / "lab" / "sim" / "devices.py"
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    hw = tmp_path / "hardware.json"
+    hw.write_text(profiles.profile_json("single-gpu"))
+    env = {"GPUCTL_SIM_PROFILE": str(hw), "GPUCTL_SIM_DEV": str(dev), "PATH": "/usr/bin:/bin"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(script), *args], env=env, capture_output=True, text=True
+        )
+
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert "nvidia0" in first.stdout
+    st = (dev / "nvidia0").lstat()
+    assert stat.S_ISCHR(st.st_mode)
+    assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, 0)
+    assert stat.S_IMODE(st.st_mode) == 0o666
+    assert not (dev / "nvidia1").exists()  # one GPU in this profile
+    assert (os.major((dev / "nvidiactl").lstat().st_rdev)) == 195
+    again = run()
+    assert again.returncode == 0
+    assert again.stdout == ""  # nothing left to create
+    (dev / "nvidia0").unlink()
+    assert run("modprobe", "nvidia").returncode == 0
+    assert (dev / "nvidia0").exists()  # modprobe nvidia makes them, as the module would
+    assert run("modprobe", "nvidia_peermem").returncode == 0
+    assert run("modprobe", "nouveau").returncode == 1
+    assert run("bogus").returncode == 2
+    hw.unlink()  # a node without GPUs (a controller): nothing to make
+    empty = tmp_path / "dev2"
+    empty.mkdir()
+    env["GPUCTL_SIM_DEV"] = str(empty)
+    assert run().returncode == 0
+    assert list(empty.iterdir()) == []
