@@ -25,6 +25,18 @@ def templates_dir() -> Path:
 
 
 @cache
+def playbooks_dir() -> Path:
+    """The top-level ``playbooks/`` directory (copied into the wheel as ``gpuctl/_playbooks``)."""
+    installed = PACKAGE_DIR / "_playbooks"
+    if installed.is_dir():
+        return installed
+    source = PACKAGE_DIR.parent / "playbooks"
+    if source.is_dir():
+        return source
+    raise FileNotFoundError("gpuctl's playbooks are missing: reinstall gpuctl")  # pragma: no cover
+
+
+@cache
 def load_data(name: str) -> Any:
     """Parse one of the YAML files in ``gpuctl/data`` (cached; treat the result as read-only)."""
     with (DATA_DIR / name).open(encoding="utf-8") as fh:

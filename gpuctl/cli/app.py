@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from gpuctl import __version__
-from gpuctl.cli import config_cmds, lab_cmds, parse_cmd, report_cmd
+from gpuctl.cli import config_cmds, lab_cmds, parse_cmd, provision_cmds, report_cmd
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, print_error
 from gpuctl.errors import ConfigError, EnvironmentProblem, GpuctlError, UsageError
@@ -73,6 +73,7 @@ def _root(
 config_cmds.register(app)
 parse_cmd.register(app)
 report_cmd.register(app)
+provision_cmds.register(app)
 lab_cmds.register(app)
 
 

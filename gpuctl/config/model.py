@@ -176,6 +176,12 @@ class Ssh(_Strict):
         None,
         description="Private key file (`~` expanded); null uses the SSH agent / default keys.",
     )
+    known_hosts: str = Field(
+        "known_hosts",
+        min_length=1,
+        description="The nodes' SSH host keys (OpenSSH known_hosts format; relative to the "
+        "folder of cluster.yml, `~` expanded). Host keys are always checked against it.",
+    )
     port: Port = Field(22, description="SSH port on the nodes.")
     jump_host: JumpHost | None = Field(None, description="Optional bastion (ProxyJump).")
     become: bool = Field(

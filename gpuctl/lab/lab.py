@@ -391,6 +391,7 @@ def lab_cluster_text(compute_nodes: int, profile: str) -> str:
     text = starter("lab", compute_nodes)
     # the lab's own key, absolute, so the file works from any directory
     text = text.replace("private_key: .gpuctl/lab/id_ed25519", f"private_key: {ssh_key()}")
+    text = text.replace("known_hosts: .gpuctl/lab/known_hosts", f"known_hosts: {known_hosts()}")
     hw = sim_profiles.load(profile)
     if profile == DEFAULT_PROFILE:
         return text  # the starter describes exactly this hardware (and keeps its comments)

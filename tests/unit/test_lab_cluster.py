@@ -39,4 +39,7 @@ def test_inventories_lab_yml_is_the_default_lab(
     example = (Path(__file__).resolve().parents[2] / "inventories" / "lab.yml").read_text()
     running = lab.lab_cluster_text(2, lab.DEFAULT_PROFILE)
     key = str(lab.ssh_key())
-    assert running == example.replace(".gpuctl/lab/id_ed25519", key)
+    hosts = str(lab.known_hosts())
+    assert running == example.replace(".gpuctl/lab/id_ed25519", key).replace(
+        ".gpuctl/lab/known_hosts", hosts
+    )
