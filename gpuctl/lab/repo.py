@@ -73,6 +73,16 @@ def _run_dir() -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    """A systemd unit a stand-in package ships: ``daemon`` (a stand-in tool) runs and stays up."""
+
+    name: str  # unit name without .service
+    daemon: str  # the stand-in tool the unit runs (its checks and faults apply)
+    args: str  # ExecStart arguments, as the real unit has them
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
 class PackageSpec:
     name: str
     version: str
@@ -81,15 +91,28 @@ class PackageSpec:
     description: str
     sim: bool
     bin: tuple[str, ...]
-    service: str | None
+    service: ServiceSpec | None
     source: str
     modules: tuple[str, ...] = ()  # kernel modules: modprobe.d install lines + device nodes
+    files: tuple[tuple[str, str], ...] = ()  # (absolute path, text) shipped as they are
+    executable: tuple[str, ...] = ()  # which of ``files`` are 0755
 
     @property
     def deb_name(self) -> str:
         # the epoch is not part of a .deb file name (dpkg-name drops it too)
         version = self.version.split(":", 1)[-1]
         return f"{self.name}_{version}_{self.architecture}.deb"
+
+
+def _service_spec(value: Any) -> ServiceSpec | None:
+    if not value:
+        return None
+    return ServiceSpec(
+        name=str(value["name"]),
+        daemon=str(value["daemon"]),
+        args=str(value.get("args", "")),
+        description=str(value["description"]),
+    )
 
 
 def load_specs(path: Path = PACKAGES_YML) -> list[PackageSpec]:
@@ -106,9 +129,11 @@ def load_specs(path: Path = PACKAGES_YML) -> list[PackageSpec]:
                 description=str(p["description"]),
                 sim=bool(p.get("sim", False)),
                 bin=tuple(str(b) for b in p.get("bin") or ()),
-                service=str(p["service"]) if p.get("service") else None,
+                service=_service_spec(p.get("service")),
                 source=str(p.get("source", "")),
                 modules=tuple(str(m) for m in p.get("modules") or ()),
+                files=tuple((str(k), str(v)) for k, v in (p.get("files") or {}).items()),
+                executable=tuple(str(x) for x in p.get("executable") or ()),
             )
         )
     return specs
@@ -152,15 +177,15 @@ def _service_runner(tool: str) -> str:
     )
 
 
-def _unit(service: str) -> str:
+def _unit(service: ServiceSpec) -> str:
+    exec_start = f"{SIM_PREFIX}/{service.name}-service {service.args}".rstrip()
     return (
         "[Unit]\n"
-        f"Description=NVIDIA fabric manager service ({STANDIN_NOTICE})\n"
+        f"Description={service.description} ({STANDIN_NOTICE})\n"
         "After=network-online.target\n\n"
         "[Service]\n"
         "Type=simple\n"
-        f"ExecStart={SIM_PREFIX}/{service}-service -c "
-        "/usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+        f"ExecStart={exec_start}\n"
         "TimeoutStopSec=10\n\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
@@ -285,13 +310,12 @@ def build_deb(spec: PackageSpec, out_dir: Path, src_root: Path) -> Path:
         for tool in spec.bin:
             _write(root / "usr" / "bin" / tool, _wrapper(tool), 0o755)
         if spec.service:
-            tool = spec.bin[0] if spec.bin else spec.service
-            runner = root / SIM_PREFIX.lstrip("/") / f"{spec.service}-service"
-            _write(runner, _service_runner(tool), 0o755)
-            unit = root / "lib" / "systemd" / "system" / f"{spec.service}.service"
-            _write(unit, _unit(spec.service))
-            cfg = root / "usr" / "share" / "nvidia" / "nvswitch" / "fabricmanager.cfg"
-            _write(cfg, f"# {STANDIN_NOTICE}\nLOG_LEVEL=4\nFABRIC_MODE=0\n")
+            svc = spec.service
+            runner = root / SIM_PREFIX.lstrip("/") / f"{svc.name}-service"
+            _write(runner, _service_runner(svc.daemon), 0o755)
+            _write(root / "lib" / "systemd" / "system" / f"{svc.name}.service", _unit(svc))
+        for path, text in spec.files:
+            _write(root / path.lstrip("/"), text, 0o755 if path in spec.executable else 0o644)
         if spec.modules:
             script = src_root / "gpuctl" / "lab" / "sim" / "devices.py"
             text = "#!/usr/bin/python3\n" + script.read_text(encoding="utf-8")
@@ -363,6 +387,113 @@ def write_index(repo: Path) -> None:
     (repo / "Release").write_text("\n".join(release) + "\n", encoding="utf-8")
 
 
+# ------------------------------------------------------------------------------------------
+# Git repositories (served as dumb HTTP git: a bare repository after `git update-server-info`)
+
+GIT_DATE = "2025-06-01T00:00:00+00:00"  # fixed: the same commit ids on every build
+
+
+@dataclass(frozen=True, slots=True)
+class GitRepoSpec:
+    name: str  # served at <REPO_URL>/git/<name>.git
+    tag: str
+    bins: tuple[str, ...]
+    source: str
+
+
+def load_git_specs(path: Path = PACKAGES_YML) -> list[GitRepoSpec]:
+    doc: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return [
+        GitRepoSpec(
+            name=str(g["name"]),
+            tag=str(g["tag"]),
+            bins=tuple(str(b) for b in g["bins"]),
+            source=str(g.get("source", "")),
+        )
+        for g in doc.get("git_repositories") or ()
+    ]
+
+
+def git_url(name: str) -> str:
+    return f"{REPO_URL}/git/{name}.git"
+
+
+def nccl_tests_makefile(bins: tuple[str, ...]) -> str:
+    """The stand-in's Makefile: nccl-tests' make variables, checked as a real build needs them.
+
+    NVIDIA/nccl-tests README: ``make MPI=1 MPI_HOME=/path/to/mpi CUDA_HOME=/path/to/cuda
+    NCCL_HOME=/path/to/nccl``, binaries in ``./build`` (BUILDDIR). A real build needs
+    $(CUDA_HOME)/bin/nvcc, $(MPI_HOME)/include/mpi.h with MPI=1 and $(NCCL_HOME)/include/nccl.h;
+    this one checks the same files, compiles nothing and installs the simulator's launcher under
+    each test's name.
+    """
+    return (
+        f"# nccl-tests: {STANDIN_NOTICE} (not NVIDIA/nccl-tests).\n"
+        "# Same make variables as https://github.com/NVIDIA/nccl-tests; nothing is compiled.\n"
+        "BUILDDIR ?= build\n"
+        "CUDA_HOME ?= /usr/local/cuda\n"
+        "MPI ?= 0\n"
+        "MPI_HOME ?=\n"
+        "NCCL_HOME ?=\n"
+        f"BINS := {' '.join(bins)}\n\n"
+        "all: $(addprefix $(BUILDDIR)/,$(BINS))\n\n"
+        "check:\n"
+        '\t@test -x "$(CUDA_HOME)/bin/nvcc" || '
+        '{ echo "nvcc not found: $(CUDA_HOME)/bin/nvcc (set CUDA_HOME)" >&2; exit 1; }\n'
+        "ifeq ($(MPI),1)\n"
+        '\t@test -f "$(MPI_HOME)/include/mpi.h" || '
+        '{ echo "mpi.h not found: $(MPI_HOME)/include/mpi.h (set MPI_HOME)" >&2; exit 1; }\n'
+        "endif\n"
+        "ifneq ($(NCCL_HOME),)\n"
+        '\t@test -f "$(NCCL_HOME)/include/nccl.h" || '
+        '{ echo "nccl.h not found: $(NCCL_HOME)/include/nccl.h (set NCCL_HOME)" >&2; exit 1; }\n'
+        "endif\n\n"
+        "$(BUILDDIR)/%: src/launcher.py | check\n"
+        "\t@mkdir -p $(BUILDDIR)\n"
+        "\tinstall -m 0755 $< $@\n\n"
+        "clean:\n"
+        "\trm -rf $(BUILDDIR)\n\n"
+        ".PHONY: all check clean\n"
+    )
+
+
+def _git(cwd: Path, *args: str) -> None:
+    env = {
+        "GIT_AUTHOR_NAME": "gpuctl lab",
+        "GIT_AUTHOR_EMAIL": "gpuctl-lab@localhost",
+        "GIT_COMMITTER_NAME": "gpuctl lab",
+        "GIT_COMMITTER_EMAIL": "gpuctl-lab@localhost",
+        "GIT_AUTHOR_DATE": GIT_DATE,
+        "GIT_COMMITTER_DATE": GIT_DATE,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    run(["git", "-C", str(cwd), *args], env=env, timeout=60)
+
+
+def build_git_repo(spec: GitRepoSpec, out_dir: Path) -> Path:
+    """A bare repository ``out_dir/<name>.git`` with one commit tagged ``spec.tag``."""
+    bare = out_dir / f"{spec.name}.git"
+    with tempfile.TemporaryDirectory(prefix="gpuctl-git-") as tmp:
+        work = Path(tmp) / spec.name
+        _write(work / "Makefile", nccl_tests_makefile(spec.bins))
+        _write(work / "src" / "launcher.py", _wrapper(spec.name), 0o755)
+        _write(
+            work / "README.md",
+            f"# {spec.name} ({STANDIN_NOTICE})\n\nServed to lab nodes only; {spec.source}\n"
+            "`make MPI=1 MPI_HOME=... CUDA_HOME=... NCCL_HOME=...` writes launchers of the lab "
+            "simulator into build/.\n",
+        )
+        _git(work, "init", "-q", "-b", "master")
+        _git(work, "add", "-A")
+        _git(work, "commit", "-q", "-m", f"{spec.name} {spec.tag}: {STANDIN_NOTICE}")
+        _git(work, "tag", "-a", spec.tag, "-m", f"{spec.name} {spec.tag}")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        run(["git", "clone", "-q", "--bare", str(work), str(bare)], timeout=60)
+    _git(bare, "update-server-info")  # the files a dumb HTTP client reads (info/refs, packs)
+    return bare
+
+
 def _source_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
@@ -394,10 +525,13 @@ def build_repo(dest: Path | None = None, src_root: Path | None = None) -> bool:
         for spec in load_specs():
             build_deb(spec, tmp, src_root)
         write_index(tmp)
+        for git_spec in load_git_specs():
+            build_git_repo(git_spec, tmp / "git")
         # replace the contents in place: the server keeps serving the same directory
         for old in dest.iterdir():
             if old.name != tmp.name and (old.suffix == ".deb" or old.name.startswith("Pack")):
                 old.unlink()
+        shutil.rmtree(dest / "git", ignore_errors=True)
         for new in tmp.iterdir():
             new.replace(dest / new.name)
     finally:

@@ -27,6 +27,13 @@ pytestmark = [
 
 DRIVER = "nvidia-open"  # NVIDIA's metapackage name for the R570 open-module driver
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0"
+# nccl-tests from the lab's git mirror, built as on a real node (the nccl role does the same)
+NCCL_TESTS_BUILD = (
+    f"{APT} install --no-install-recommends libnccl-dev cuda-nvcc-12-8 git make && "
+    f"git clone -q --branch v2.14.1 {repo.git_url('nccl-tests')} /opt/nccl-tests && "
+    "make -C /opt/nccl-tests CUDA_HOME=/usr/local/cuda-12.8 NCCL_HOME=/usr && "
+    "ln -sf /opt/nccl-tests/build/all_reduce_perf /usr/local/bin/all_reduce_perf"
+)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +111,7 @@ def test_simulated_hgx_h100_through_the_real_parsers(node: str) -> None:
     topo = parse("topo", ssh(node, "nvidia-smi topo -m").stdout)
     assert topo.recognised, topo.problems
     assert topo.data["links"]["GPU0"]["GPU7"] == "NV18"
-    res = ssh(node, f"{APT} install libnccl2")
+    res = ssh(node, NCCL_TESTS_BUILD)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     run = ssh(node, "all_reduce_perf -b 8 -e 8G -f 2 -g 8")
     nccl = parse("nccl", run.stdout)

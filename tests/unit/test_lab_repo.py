@@ -85,7 +85,10 @@ def test_driver_ships_the_simulator_and_nvidia_smi(built: Path) -> None:
     assert smi["/usr/bin/nvidia-smi"].startswith("-rwxr-xr-x")
     dcgm = _contents(built / "datacenter-gpu-manager-4-core_4.4.1-1_amd64.deb")
     assert "/usr/bin/dcgmi" in dcgm
-    assert "/usr/bin/all_reduce_perf" in _contents(built / "libnccl2_2.26.2-1+cuda12.8_amd64.deb")
+    assert "/usr/bin/nv-hostengine" in dcgm
+    nccl = _contents(built / "libnccl2_2.26.2-1+cuda12.8_amd64.deb")
+    assert not any(path.endswith("_perf") for path in nccl)  # nccl-tests: a git repository
+    assert "/usr/include/nccl.h" in _contents(built / "libnccl-dev_2.26.2-1+cuda12.8_amd64.deb")
 
 
 def test_wrapper_calls_the_standin(built: Path, tmp_path: Path) -> None:
@@ -100,14 +103,79 @@ def test_wrapper_calls_the_standin(built: Path, tmp_path: Path) -> None:
     compile(text, "nvidia-smi", "exec")
 
 
-def test_fabric_manager_ships_a_systemd_unit(built: Path, tmp_path: Path) -> None:
-    deb = built / f"nvidia-fabricmanager-570_{DRIVER}_amd64.deb"
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
-    unit = (tmp_path / "lib/systemd/system/nvidia-fabricmanager.service").read_text()
-    assert "ExecStart=/usr/lib/gpuctl-lab-sim/nvidia-fabricmanager-service" in unit
-    runner = (tmp_path / "usr/lib/gpuctl-lab-sim/nvidia-fabricmanager-service").read_text()
+@pytest.mark.parametrize(
+    ("deb", "unit", "exec_start"),
+    [
+        (
+            f"nvidia-fabricmanager-570_{DRIVER}_amd64.deb",
+            "nvidia-fabricmanager",
+            "-c /usr/share/nvidia/nvswitch/fabricmanager.cfg",
+        ),
+        (f"nvidia-persistenced_{DRIVER}_amd64.deb", "nvidia-persistenced", "--verbose"),
+        (
+            "datacenter-gpu-manager-4-core_4.4.1-1_amd64.deb",
+            "nvidia-dcgm",
+            "-n --service-account nvidia-dcgm",
+        ),
+    ],
+)
+def test_daemons_ship_a_systemd_unit(
+    built: Path, tmp_path: Path, deb: str, unit: str, exec_start: str
+) -> None:
+    subprocess.run(["dpkg-deb", "-x", str(built / deb), str(tmp_path)], check=True)
+    text = (tmp_path / f"lib/systemd/system/{unit}.service").read_text()
+    assert f"ExecStart=/usr/lib/gpuctl-lab-sim/{unit}-service {exec_start}\n" in text
+    assert repo.STANDIN_NOTICE in text
+    runner = (tmp_path / f"usr/lib/gpuctl-lab-sim/{unit}-service").read_text()
     assert "signal.pause()" in runner  # stays running, as the real daemon does
     compile(runner, "runner", "exec")
+    if unit == "nvidia-fabricmanager":
+        assert (tmp_path / "usr/share/nvidia/nvswitch/fabricmanager.cfg").is_file()
+
+
+def test_nccl_tests_git_repository(built: Path, tmp_path: Path) -> None:
+    (spec,) = repo.load_git_specs()
+    assert spec.name == "nccl-tests"
+    assert spec.tag == "v2.14.1"
+    assert repo.git_url("nccl-tests") == "http://198.18.0.1:8081/git/nccl-tests.git"
+    bare = built / "git" / "nccl-tests.git"
+    assert (bare / "info" / "refs").is_file()  # dumb HTTP: git update-server-info ran
+    assert "refs/tags/v2.14.1" in (bare / "info" / "refs").read_text()
+    work = tmp_path / "nccl-tests"
+    subprocess.run(
+        ["git", "clone", "-q", "--branch", "v2.14.1", str(bare), str(work)],
+        check=True,
+        capture_output=True,
+    )
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (cuda / "bin" / "nvcc").chmod(0o755)
+    mpi = tmp_path / "mpi"
+    nccl = tmp_path / "nccl"
+
+    def make(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["make", "-C", str(work), *args], capture_output=True, text=True, check=False
+        )
+
+    flags = (f"CUDA_HOME={cuda}", f"MPI_HOME={mpi}", f"NCCL_HOME={nccl}")
+    missing = make("MPI=1", *flags)
+    assert missing.returncode != 0
+    assert f"mpi.h not found: {mpi}/include/mpi.h" in missing.stderr
+    (mpi / "include").mkdir(parents=True)
+    (mpi / "include" / "mpi.h").write_text("")
+    assert "nccl.h not found" in make("MPI=1", *flags).stderr
+    (nccl / "include").mkdir(parents=True)
+    (nccl / "include" / "nccl.h").write_text("")
+    assert "nvcc not found" in make("MPI=1", "CUDA_HOME=/nonexistent", *flags[1:]).stderr
+    built_ok = make("MPI=1", *flags)
+    assert built_ok.returncode == 0, built_ok.stderr
+    for tool in spec.bins:
+        launcher = work / "build" / tool
+        assert launcher.stat().st_mode & 0o111, tool
+        assert "from gpuctl.lab.sim.standin import main" in launcher.read_text()
+    assert make("MPI=1", *flags).stdout.count("install") == 0  # nothing left to do
 
 
 def test_packages_index_matches_the_files(built: Path) -> None:

@@ -38,6 +38,8 @@ TOOLS = (
     "ib_send_bw",
     "dcgmi",
     "nv-fabricmanager",
+    "nvidia-persistenced",
+    "nv-hostengine",
     "dmesg",
     "mlxfwmanager",
     "flint",
@@ -518,6 +520,28 @@ def _fabricmanager(profile: Profile, faults: Faults, node: str, args: list[str],
     return 0
 
 
+def _persistenced(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    """nvidia-persistenced: its version, or (as the daemon) whether there are GPUs to hold."""
+    if args in (["--version"], ["-v"]):
+        io.out(f"nvidia-persistenced:  version {profile['driver_version']}\n")
+        return 0
+    if not visible_gpus(profile, faults, node):
+        io.err("nvidia-persistenced: Failed to query NVIDIA devices. Please ensure that the "
+               "NVIDIA device files (/dev/nvidia*) exist, and that user 0 has read and write "
+               "permissions for those files.\n")  # fmt: skip
+        return 1
+    return 0
+
+
+def _hostengine(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    """nv-hostengine (the nvidia-dcgm service): starts when the driver answers."""
+    if not visible_gpus(profile, faults, node):
+        io.err("nv-hostengine: no GPUs found (the driver reports no devices)\n")
+        return 1
+    io.out("Started host engine using port number: 5555\n")
+    return 0
+
+
 def _dmesg(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
     iso = "iso" in args or "--time-format=iso" in args
     io.out(kernel.dmesg(profile, faults, node, iso=iso))
@@ -536,6 +560,8 @@ _HANDLERS: dict[str, _Handler] = {
     "ib_send_bw": _perftest("ib_send_bw"),
     "dcgmi": _dcgmi,
     "nv-fabricmanager": _fabricmanager,
+    "nvidia-persistenced": _persistenced,
+    "nv-hostengine": _hostengine,
     "dmesg": _dmesg,
     "mlxfwmanager": _mlxfwmanager,
     "flint": _flint,
