@@ -130,7 +130,7 @@ def test_key_file_owner_and_mode_on_every_node(running: lab.UpResult) -> None:
     for name in NODES:
         res = ssh(running, name, 'stat -c "%a %U %G" /etc/munge/munge.key /etc/munge')
         assert res.returncode == 0, res.stderr
-        assert res.stdout.split("\n")[:2] == ["400 munge munge", "700 munge munge"], name
+        assert res.stdout.split("\n")[:2] == ["600 munge munge", "700 munge munge"], name
         active = ssh(running, name, "systemctl is-enabled munge; systemctl is-active munge")
         assert active.stdout.split() == ["enabled", "active"], name
 
