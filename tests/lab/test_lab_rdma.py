@@ -8,8 +8,11 @@ stand-ins where it has them), ibstat read by gpuctl's parser, the opensm and nvi
 decisions, idempotence and check mode. Last, the nvidia-peermem load path on gpu001 with a
 kernel symbol table that has the peer memory API (the lab's kernel has none).
 
-The lab has no RDMA device, so IPoIB addresses (which need /sys/class/infiniband) and roce_qos
-are not run here. The lab comes up once for the module and goes down at its end.
+The lab has no RDMA device and its fabric is InfiniBand, so IPoIB addresses (which need
+/sys/class/infiniband) are not configured here, and roce_qos runs as the no-op it is on an
+InfiniBand node (no roce_qos_devices); given a device anyway it installs its pieces and stops
+with a clear message, as there is no netdev to set. The lab comes up once for the module and
+goes down at its end.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = [
-    str(REPO / "playbooks" / f"{p}.yml") for p in ("preflight", "rdma", "validation_tools")
+    str(REPO / "playbooks" / f"{p}.yml")
+    for p in ("preflight", "rdma", "roce_qos", "validation_tools")
 ]
 NODES = ("ctl01", "gpu001", "gpu002")
 GPU_NODES = ("gpu001", "gpu002")
@@ -148,6 +152,21 @@ def test_opensm_is_enabled_on_its_host_and_waits_for_a_device(
     assert "opensm is installed and enabled but not started" in first_run.stdout
 
 
+def test_roce_qos_is_a_no_op_on_infiniband_nodes(
+    running: lab.UpResult, first_run: subprocess.CompletedProcess[str]
+) -> None:
+    for task in ("Preflight", "Install", "Configure"):
+        assert re.search(
+            rf"TASK \[roce_qos : {task}\] \*+\nskipping: \[gpu001\]\nskipping: \[gpu002\]",
+            first_run.stdout,
+        ), task
+    for name in GPU_NODES:
+        res = ssh(
+            running, name, "ls /etc/gpuctl/roce-qos.conf /etc/systemd/system/gpuctl-roce-qos*"
+        )
+        assert res.returncode != 0, res.stdout
+
+
 def test_second_run_changes_nothing(
     render_dir: Path, first_run: subprocess.CompletedProcess[str]
 ) -> None:
@@ -189,3 +208,18 @@ def test_peermem_loads_and_persists_where_the_kernel_has_the_api(
     res = ansible(render_dir, "ansible-playbook", *args)
     assert res.returncode == 0, res.stdout[-3000:]
     assert ssh(running, SM_HOST, "test -e /etc/modules-load.d/nvidia-peermem.conf").returncode == 1
+
+
+def test_roce_qos_without_a_netdev_stops_with_a_clear_message(
+    running: lab.UpResult, render_dir: Path, first_run: subprocess.CompletedProcess[str]
+) -> None:
+    args = [PLAYBOOKS[2], "--limit", "gpu002", "-e", '{"roce_qos_devices": ["mlx5_0"]}']
+    res = ansible(render_dir, "ansible-playbook", *args)
+    assert res.returncode == 2, res.stdout[-3000:]
+    assert "error: mlx5_0: no netdev under /sys/class/infiniband/mlx5_0/device/net" in res.stdout
+    conf = ssh(
+        running, "gpu002", "cat /etc/gpuctl/roce-qos.conf; systemctl is-enabled gpuctl-roce-qos"
+    )
+    assert 'ROCE_QOS_DEVICES="mlx5_0"' in conf.stdout
+    assert 'ROCE_QOS_TOS="104"' in conf.stdout  # DSCP 26 << 2
+    assert conf.stdout.split()[-1] == "enabled"
