@@ -275,7 +275,12 @@ class Rdma(_Strict):
     doca_version: Version | None = Field(
         None, description='DOCA version, required with `doca-ofed` (e.g. "2.9.1").'
     )
-    peermem: bool = Field(True, description="Load nvidia-peermem for GPUDirect RDMA.")
+    peermem: bool = Field(
+        True,
+        description="GPUDirect RDMA through nvidia-peermem: loaded where the kernel has the "
+        "peer memory API (DOCA-OFED / MLNX_OFED); with inbox rdma-core GPUDirect RDMA goes "
+        "through DMA-BUF instead and provisioning reports that.",
+    )
 
 
 class MpiFlavor(StrEnum):
