@@ -182,6 +182,28 @@ def test_check_mode_changes_nothing(render_dir: Path) -> None:
     assert changed(provision(render_dir, "--check")) == dict.fromkeys(NODES, 0)
 
 
+def test_a_pinned_version_is_held(running: lab.UpResult, render_dir: Path) -> None:
+    # "22.05.8" stands for any Debian revision of it (the lab installs 22.05.8-4+deb12u3)
+    res = ansible(
+        render_dir,
+        "ansible-playbook",
+        str(PLAYBOOKS[1]),
+        "-e",
+        "slurm_controller_package_version=22.05.8",
+        "-e",
+        "slurm_node_package_version=22.05.8",
+    )
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    # one changed task per host: the hold (the installed packages already match)
+    assert {n: h["changed"] for n, h in recap(res.stdout).items()} == dict.fromkeys(NODES, 1)
+    held = {n: ssh(running, n, "apt-mark showhold").stdout.split() for n in NODES}
+    assert held == {
+        "ctl01": ["slurm-client", "slurmctld"],
+        "gpu001": ["slurm-client", "slurmd"],
+        "gpu002": ["slurm-client", "slurmd"],
+    }
+
+
 def test_a_configuration_change_restarts_the_daemons(
     running: lab.UpResult, render_dir: Path
 ) -> None:
@@ -201,6 +223,8 @@ def test_a_configuration_change_restarts_the_daemons(
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert main_pid(running, "ctl01", "slurmctld") != ctld
     assert all(main_pid(running, n, "slurmd") != slurmd[n] for n in COMPUTE)
+    # no version pinned any more: the holds are released
+    assert all(ssh(running, n, "apt-mark showhold").stdout == "" for n in NODES)
     res = ssh(running, "gpu001", "scontrol show config")
     assert re.search(r"^HealthCheckProgram\s*=\s*/bin/true$", res.stdout, re.M), res.stdout
     assert wait_idle(running) == [f"{n} idle gpu:h100:8" for n in COMPUTE]
