@@ -371,6 +371,7 @@ def _all_vars(cluster: Cluster) -> dict[str, Any]:
         "rdma_peermem": sw.rdma.peermem,
         # the key is adopted from the first host and never leaves the nodes' own files
         "munge_key_generate": True,
+        "munge_key_source_host": slurm.controller,
         "slurm_controller_host": slurm.controller,
         "slurm_controller_config_src": "{{ inventory_dir }}/slurm",
         "slurm_controller_package_version": sw.slurm,
