@@ -92,6 +92,20 @@ def _tail(res: subprocess.CompletedProcess[str]) -> str:
     return res.stdout[-4000:] + res.stderr[-2000:]
 
 
+def test_check_mode_on_fresh_nodes_plans_without_changing(
+    running: lab.UpResult, render_dir: Path
+) -> None:
+    res = playbooks(render_dir, "--check")
+    assert res.returncode == 0, _tail(res)
+    hosts = recap(res.stdout)
+    assert sorted(hosts) == sorted(GPU_NODES)
+    assert all(h["failed"] == 0 and h["changed"] > 0 for h in hosts.values()), hosts
+    for node in GPU_NODES:  # nothing installed, nothing cloned
+        res = ssh(running, node, "dpkg-query -W nvidia-open libnccl2; ls /opt/nccl-tests")
+        assert res.returncode != 0
+        assert "no packages found matching nvidia-open" in res.stderr, res.stderr
+
+
 def test_first_run_installs_the_stack(running: lab.UpResult, render_dir: Path) -> None:
     res = playbooks(render_dir)
     assert res.returncode == 0, _tail(res)
