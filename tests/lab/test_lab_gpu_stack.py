@@ -139,6 +139,9 @@ def test_services_devices_and_nouveau(running: lab.UpResult, node: str) -> None:
         "character special file c3:7",
         "character special file c3:ff",
     ], devices.stdout + devices.stderr
+    # modprobe answers as on a GPU node (the module stand-in's /etc/modprobe.d install lines)
+    loaded = ssh(running, node, "modprobe nvidia && modprobe nvidia-uvm && modprobe nvidia-peermem")
+    assert loaded.returncode == 0, loaded.stderr
 
 
 def test_nvidia_smi_and_all_reduce_perf_parse(running: lab.UpResult) -> None:
