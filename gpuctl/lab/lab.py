@@ -610,7 +610,12 @@ def down() -> list[str]:
         if _netns_exists(_netns(name)):
             run(["ip", "netns", "delete", _netns(name)])
         if _link_exists(_veth(name)):
-            run(["ip", "link", "delete", _veth(name)])
+            try:
+                run(["ip", "link", "delete", _veth(name)])
+            except LabError:
+                # deleting the namespace takes its veth peer with it, asynchronously
+                if _link_exists(_veth(name)):
+                    raise
         shutil.rmtree(_node_dir(name), ignore_errors=True)
         for suffix in (".log",):
             (_run_dir() / f"{name}{suffix}").unlink(missing_ok=True)
