@@ -219,7 +219,9 @@ def test_unknown_key_with_no_close_match_lists_the_allowed_keys(
     problem = _only(runner, _write(tmp_path, text))
     assert (problem.line, problem.column) == (line, line_text.index("zzz") + 1)
     assert problem.path == "ssh.zzz"
-    assert problem.message.startswith("unknown key 'zzz'; allowed here: user, private_key, known_hosts, port")
+    assert problem.message.startswith(
+        "unknown key 'zzz'; allowed here: user, private_key, known_hosts, port"
+    )
 
 
 def test_string_where_a_count_belongs(runner: CliRunner, tmp_path: Path, valid_doc: Doc) -> None:
