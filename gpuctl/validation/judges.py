@@ -116,12 +116,14 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     out = list(unknown)
     gpus: list[dict[str, Any]] = list(data.get("gpus") or [])
     if len(gpus) != exp.gpu_count:
+        lost = _lost_gpus(gpus, outputs) if len(gpus) < exp.gpu_count else []
         out.append(
             _r(
                 exp,
                 "gpu.count",
                 Verdict.FAIL,
-                f"{len(gpus)} GPUs visible, expected {exp.gpu_count}",
+                f"{len(gpus)} GPUs visible, expected {exp.gpu_count}"
+                + (f"; missing: {', '.join(lost)} (fallen off the bus)" if lost else ""),
                 measured=len(gpus),
                 expected=exp.gpu_count,
             )
@@ -158,6 +160,28 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         subject = f"GPU{gpu.get('index', i)}"
         out += _judge_one_gpu(exp, gpu, subject, th)
     return out
+
+
+def _pci_key(address: Any) -> str | None:
+    """``00000000:5D:00.0`` and ``0000:5d:00`` -> ``0:5d:00`` (domain, bus, device)."""
+    parts = str(address or "").lower().split(".")[0].split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        return f"{int(parts[0], 16):x}:{parts[1]}:{parts[2]}"
+    except ValueError:
+        return None
+
+
+def _lost_gpus(gpus: Sequence[dict[str, Any]], outputs: Outputs) -> list[str]:
+    """PCI addresses of GPUs the kernel log says fell off the bus and nvidia-smi no longer
+    lists: the GPUs a short count is missing (names them, when the log does)."""
+    xid = outputs.get("xid")
+    if xid is None or xid.failure() is not None or not xid.parse_as("xid").recognised:
+        return []
+    visible = {_pci_key(g.get("pci_bus_id")) for g in gpus}
+    lost = [str(f.get("pci")) for f in xid.parse_as("xid").data.get("fallen_off_bus") or []]
+    return [pci for pci in lost if _pci_key(pci) is not None and _pci_key(pci) not in visible]
 
 
 def _judge_one_gpu(
@@ -386,7 +410,7 @@ def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
 
 
 def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
-    if exp.gpu_count < 2:
+    if exp.gpu_count < 2 or exp.level == "quick":  # quick runs no nccl-tests (probes.py)
         return []
     result, unknown = _parsed(exp, outputs, ["nccl"], "nccl.busbw")
     if result is None:
