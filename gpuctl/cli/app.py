@@ -10,7 +10,14 @@ import typer
 from typer.core import TyperGroup
 
 from gpuctl import __version__
-from gpuctl.cli import config_cmds, lab_cmds, parse_cmd, provision_cmds, report_cmd
+from gpuctl.cli import (
+    config_cmds,
+    lab_cmds,
+    parse_cmd,
+    provision_cmds,
+    report_cmd,
+    validate_cmd,
+)
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, print_error
 from gpuctl.errors import ConfigError, EnvironmentProblem, GpuctlError, UsageError
@@ -74,6 +81,7 @@ config_cmds.register(app)
 parse_cmd.register(app)
 report_cmd.register(app)
 provision_cmds.register(app)
+validate_cmd.register(app)
 lab_cmds.register(app)
 
 

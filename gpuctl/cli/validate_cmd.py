@@ -1,0 +1,221 @@
+"""`gpuctl validate CLUSTER`: run the checks of a level on every node and judge them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from gpuctl.cli.exit_codes import ExitCode
+from gpuctl.cli.output import err_console, out_console, print_json
+from gpuctl.errors import UsageError
+from gpuctl.validation.collect import (
+    DEFAULT_PARALLEL,
+    ProgressEvent,
+    ValidateResult,
+    judge_bundle,
+    validate,
+    write_atomic,
+)
+from gpuctl.validation.reports import render_html, render_junit, render_prometheus
+from gpuctl.validation.results import ValidationReport, Verdict
+from gpuctl.validation.slurm import DrainResult, drain_failed
+from gpuctl.validation.suite import fewer_gc_passes
+
+MAX_PROBLEMS_SHOWN = 4
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "unknown": "magenta"}
+
+
+class LevelChoice(StrEnum):
+    QUICK = "quick"
+    STANDARD = "standard"
+    LONG = "long"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate_cmd)
+
+
+def _table(report: ValidationReport) -> Table:
+    table = Table()
+    table.add_column("node")
+    table.add_column("verdict")
+    table.add_column("checks", justify="right")
+    table.add_column("failed checks")
+    for node in report.nodes:
+        verdict = node.verdict.value
+        style = _STYLE.get(verdict, "")
+        problems = node.problems()
+        shown = [
+            f"{escape(p.check)}"
+            + (f" {escape(p.subject)}" if p.subject else "")
+            + f": {escape(p.message)}"
+            + ("" if p.verdict is Verdict.FAIL else f" ({p.verdict.value})")
+            for p in problems[:MAX_PROBLEMS_SHOWN]
+        ]
+        if len(problems) > MAX_PROBLEMS_SHOWN:
+            shown.append(f"(+{len(problems) - MAX_PROBLEMS_SHOWN} more)")
+        label = f"{verdict}" + (" (failed)" if node.failed and verdict != "fail" else "")
+        table.add_row(
+            escape(node.node),
+            f"[{style}]{label}[/{style}]" if style else label,
+            str(len(node.checks)),
+            "\n".join(shown) or "-",
+        )
+    return table
+
+
+class _Progress:
+    """One line per unreachable node as it happens; a count every few nodes on big runs."""
+
+    def __init__(self) -> None:
+        self.console = err_console()
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if event.kind == "node" and event.status == "unreachable":
+            self.console.print(f"  [red]unreachable[/red]: {escape(event.node)}")
+        elif event.kind == "node" and event.total >= 50 and event.done % 50 == 0:
+            self.console.print(f"  {event.done}/{event.total} nodes collected")
+        elif event.kind == "pair" and event.status == "failed":
+            self.console.print(f"  ib_write_bw pair with {escape(event.node)} failed")
+
+
+def _write_reports(
+    report: ValidationReport, html: Path | None, junit: Path | None, prom: Path | None
+) -> None:
+    console = err_console()
+    with fewer_gc_passes():
+        try:
+            if html is not None:
+                write_atomic(html, render_html(report).encode("utf-8"))
+                console.print(f"wrote {escape(str(html))}")
+            if junit is not None:
+                write_atomic(junit, render_junit(report).encode("utf-8"))
+                console.print(f"wrote {escape(str(junit))}")
+            if prom is not None:
+                write_atomic(prom / "gpuctl.prom", render_prometheus(report).encode("utf-8"))
+                console.print(f"wrote {escape(str(prom / 'gpuctl.prom'))}")
+        except OSError as exc:
+            raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
+
+
+def _print_drain(result: DrainResult) -> None:
+    console = err_console()
+    if result.error is not None:
+        console.print(f"[red]error[/red]: --drain-failed: {escape(result.error)}")
+        return
+    for a in result.actions:
+        if a.error is not None:
+            console.print(f"[red]error[/red]: {a.action} {escape(a.node)}: {escape(a.error)}")
+        elif a.action == "drain":
+            console.print(f"drained {escape(a.node)}: {escape(a.reason or '')}")
+        elif a.action == "resume":
+            console.print(f"resumed {escape(a.node)} (was: {escape(a.reason or '')})")
+        else:
+            console.print(f"{escape(a.node)}: {escape(a.detail)}")
+
+
+def validate_cmd(
+    cluster: Annotated[Path, typer.Argument(help="The cluster.yml to validate.")],
+    level: Annotated[
+        LevelChoice | None,
+        typer.Option(
+            "--level",
+            help="quick (seconds), standard (minutes: + NCCL, DCGM, ib_write_bw) or long "
+            "(+ dcgmi diag -r 3). Default: each node group's level in cluster.yml.",
+            case_sensitive=False,
+        ),
+    ] = None,
+    limit: Annotated[
+        str | None,
+        typer.Option("--limit", "-l", help="Only these nodes: gpu[001-004], a node group."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Bundle directory to write (new or empty; default: "
+            ".gpuctl/validate/<time> beside cluster.yml).",
+            file_okay=False,
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the results (report JSON) to stdout.")
+    ] = False,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write one HTML file.")] = None,
+    prom: Annotated[
+        Path | None,
+        typer.Option(
+            "--prom", help="Directory for gpuctl.prom (node_exporter textfile).", file_okay=False
+        ),
+    ] = None,
+    drain: Annotated[
+        bool,
+        typer.Option(
+            "--drain-failed",
+            help="Drain failed nodes in Slurm (reason `gpuctl: ...`); resume nodes gpuctl "
+            "drained that pass now. Never touches a node someone else drained.",
+        ),
+    ] = False,
+    parallel: Annotated[
+        int, typer.Option("--parallel", help="Nodes checked at once.", min=1)
+    ] = DEFAULT_PARALLEL,
+    bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundle",
+            help="Judge this saved bundle again, offline (no SSH).",
+            file_okay=False,
+        ),
+    ] = None,
+) -> None:
+    """Check every node: collect tool outputs over SSH, judge them, report, optionally drain.
+
+    Exit 0 when every node passes, 1 when a node failed (or could not be reached, or a check
+    could not tell: UNKNOWN fails unless validation.unknown_is_failure is false), 2 for a bad
+    cluster.yml or options.
+    """
+    console = err_console()
+    lvl = level.value if level is not None else None
+    if bundle is not None:
+        if out is not None:
+            raise UsageError("--bundle judges a saved bundle: --out does not apply")
+        if drain:
+            raise UsageError("--bundle is offline: --drain-failed needs a fresh validation")
+        result: ValidateResult = judge_bundle(cluster, bundle, level=lvl, limit=limit)
+        if not result.complete:
+            console.print(
+                "[yellow]warning[/yellow]: this bundle is from a collection that did not "
+                "finish; what it lacks is judged unknown"
+            )
+    else:
+        console.print(
+            f"validating {escape(str(cluster))} (level "
+            f"{lvl or 'from cluster.yml'}, {parallel} nodes at once)"
+        )
+        result = validate(cluster, level=lvl, limit=limit, out=out, parallel=parallel,
+                          on_progress=_Progress())  # fmt: skip
+    report = result.report
+    _write_reports(report, html, junit, prom)
+    drained: DrainResult | None = None
+    if drain:
+        drained = drain_failed(cluster, report)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        out_console().print(_table(report))
+    if drained is not None:
+        _print_drain(drained)
+    s = report.summary()
+    where = f" in {result.seconds:.0f} s" if bundle is None else ""
+    console.print(
+        f"{s['nodes']} nodes: {s['failed']} failed, {len(result.unreachable)} unreachable"
+        f"{where}; bundle: {escape(str(result.bundle))}"
+    )
+    if report.failed or (drained is not None and drained.failed):
+        raise typer.Exit(ExitCode.CHECK_FAILED)

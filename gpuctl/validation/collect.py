@@ -1,0 +1,1161 @@
+"""`gpuctl validate`: run the probes on every node over SSH, write a bundle, judge it.
+
+One SSH connection per node (paramiko, host keys checked against cluster.yml's
+``ssh.known_hosts`` and nothing else, unknown keys rejected), a bounded pool of worker threads
+across nodes, every probe with its timeout. What each probe gave is written into a bundle
+directory (:mod:`gpuctl.validation.suite` describes the format) that the validation core then
+judges; the bundle can be judged again later without SSH (:func:`judge_bundle`).
+
+A node that cannot be reached (refused, timed out, authentication failed, host key unknown or
+different) is a failed node with the reason, never skipped. A probe that timed out is recorded
+as timed out, one that could not be started with its error, and every exit status is kept: the
+judges turn each of them into UNKNOWN or FAIL, never OK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shlex
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+from gpuctl import __version__
+from gpuctl.config import load_cluster
+from gpuctl.config.derived import nodes as cluster_nodes
+from gpuctl.config.model import Cluster, Level
+from gpuctl.errors import EnvironmentProblem, UsageError
+from gpuctl.validation import pairs as pairing
+from gpuctl.validation.expect import NodeExpectation, expectations
+from gpuctl.validation.judges import ProbeOutput, judge_ib_write_bw
+from gpuctl.validation.probes import (
+    GRACE_S,
+    IB_WRITE_BW_BASE_PORT,
+    IB_WRITE_BW_SERVER_START_S,
+    IB_WRITE_BW_TIMEOUT_S,
+    KILL_AFTER_S,
+    LEVELS,
+    SERVER_READY,
+    Probe,
+    ib_write_bw_client,
+    ib_write_bw_server,
+    perftest_kind,
+    probes_for,
+    wants_ib_write_bw,
+)
+from gpuctl.validation.results import ValidationReport, Verdict
+from gpuctl.validation.suite import judge_directory
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DEFAULT_PARALLEL = 64
+# Light probes of one node run at once on this many SSH channels of its connection (sshd's
+# MaxSessions is 10 by default).
+CHANNELS_PER_NODE = 3
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024  # per stream; a runaway command is cut off here
+STDERR_TAIL = 2000  # characters of stderr kept in meta.json
+BUNDLE_FILE = "bundle.json"
+RESULTS_FILE = "results.json"
+_TIMEOUT_RC = 124  # coreutils `timeout`: the command ran out of time
+_NOT_FOUND_RC = 127
+_CANNOT_RUN_RC = 126
+
+
+# ------------------------------------------------------------------------------------------
+# Transport: what the collector needs from SSH (paramiko here, a fake in the unit tests)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    node: str
+    address: str  # what to connect to: the management address, else the node name
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """How one command ended: its output, or why there is none."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    rc: int | None = None
+    timed_out: bool = False
+    error: str | None = None  # could not run, connection lost, output cut off, ...
+    seconds: float = 0.0
+
+
+class Unreachable(Exception):
+    """The node cannot be reached; ``reason`` is what the report says."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Running(Protocol):
+    """A command started on a node."""
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        """Until ``text`` shows in its stdout (True), it ends or ``timeout`` passes (False)."""
+        ...
+
+    def finish(self, timeout: float) -> ExecResult:
+        """Wait up to ``timeout`` seconds for it to end; a command still running then is
+        abandoned (its channel closed) and reported timed out."""
+        ...
+
+
+class Session(Protocol):
+    """One connection to one node."""
+
+    def start(self, command: str) -> Running: ...
+
+    def close(self) -> None: ...
+
+
+class Connector(Protocol):
+    def connect(self, target: Target) -> Session:
+        """A connected session; raises :class:`Unreachable`."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SshSettings:
+    user: str
+    port: int
+    connect_timeout_s: float
+    known_hosts: Path
+    private_key: Path | None
+    become: bool
+    jump_host: str | None = None
+    jump_user: str | None = None
+    jump_port: int = 22
+
+
+def _resolve(cluster_path: Path, configured: str) -> Path:
+    path = Path(os.path.expanduser(configured))
+    return path if path.is_absolute() else cluster_path.resolve().parent / path
+
+
+def ssh_settings(cluster: Cluster, cluster_path: Path) -> SshSettings:
+    """cluster.yml's ssh section with paths resolved (relative to the folder of cluster.yml)."""
+    ssh = cluster.ssh
+    known = _resolve(cluster_path, ssh.known_hosts)
+    if not known.is_file() or known.stat().st_size == 0:
+        raise EnvironmentProblem(
+            f"ssh.known_hosts: {known} is missing or empty; gpuctl checks every node's host key "
+            "against it (collect the keys, e.g. with ssh-keyscan, and verify their fingerprints)"
+        )
+    key = _resolve(cluster_path, ssh.private_key) if ssh.private_key else None
+    if key is not None and not key.is_file():
+        raise EnvironmentProblem(f"ssh.private_key: {key} does not exist")
+    jump = ssh.jump_host
+    return SshSettings(
+        user=ssh.user,
+        port=ssh.port,
+        connect_timeout_s=float(ssh.connect_timeout_s),
+        known_hosts=known,
+        private_key=key,
+        become=ssh.become and ssh.user != "root",
+        jump_host=jump.host if jump else None,
+        jump_user=(jump.user or ssh.user) if jump else None,
+        jump_port=jump.port if jump else 22,
+    )
+
+
+def command_line(argv: Sequence[str], timeout_s: float | None, *, become: bool) -> str:
+    """The shell line for ``argv``: each word quoted, under the node's own `timeout` (so a
+    command that outlives its budget is ended on the node, not left running), with sudo when
+    the login user is not root."""
+    words = list(argv)
+    if timeout_s is not None:
+        words = ["timeout", "-k", str(KILL_AFTER_S), str(int(timeout_s)), *words]
+    if become:
+        words = ["sudo", "-n", "--", *words]
+    return shlex.join(words)
+
+
+class ParamikoConnector:
+    """SSH with paramiko: host keys from ``settings.known_hosts`` only (RejectPolicy)."""
+
+    def __init__(self, settings: SshSettings) -> None:
+        import paramiko  # type: ignore[import-untyped]
+
+        self._paramiko = paramiko
+        self.settings = settings
+        try:
+            self._known = paramiko.HostKeys(str(settings.known_hosts))
+        except (OSError, paramiko.SSHException) as exc:
+            raise EnvironmentProblem(
+                f"ssh.known_hosts: cannot read {settings.known_hosts}: {exc}"
+            ) from None
+        self._pkey: Any = None
+        if settings.private_key is not None:
+            try:
+                self._pkey = paramiko.PKey.from_path(str(settings.private_key))
+            except paramiko.PasswordRequiredException:
+                raise EnvironmentProblem(
+                    f"ssh.private_key: {settings.private_key} is encrypted; gpuctl does not "
+                    "ask for passphrases: load it into ssh-agent and set ssh.private_key: null"
+                ) from None
+            except (OSError, ValueError, paramiko.SSHException) as exc:
+                raise EnvironmentProblem(
+                    f"ssh.private_key: cannot load {settings.private_key}: {exc}"
+                ) from None
+        self._jump: Any = None
+        self._jump_lock = threading.Lock()
+
+    def _client(self, host: str, port: int) -> Any:
+        client = self._paramiko.SSHClient()
+        client.set_missing_host_key_policy(self._paramiko.RejectPolicy())
+        name = host if port == 22 else f"[{host}]:{port}"
+        known = self._known.lookup(name)
+        if known is not None:
+            keys = client.get_host_keys()
+            for keytype, key in known.items():
+                keys.add(name, keytype, key)
+        return client
+
+    def _open(self, host: str, port: int, user: str, sock: Any = None) -> Any:
+        s = self.settings
+        client = self._client(host, port)
+        p = self._paramiko
+        try:
+            client.connect(
+                hostname=host,
+                port=port,
+                username=user,
+                pkey=self._pkey,
+                timeout=s.connect_timeout_s,
+                banner_timeout=s.connect_timeout_s,
+                auth_timeout=s.connect_timeout_s,
+                channel_timeout=s.connect_timeout_s,
+                allow_agent=self._pkey is None,
+                look_for_keys=self._pkey is None,
+                sock=sock,
+            )
+        except p.BadHostKeyException:
+            client.close()
+            raise Unreachable(
+                f"ssh: the host key of {host} differs from the one in {s.known_hosts} "
+                "(refused: the node was reinstalled, or someone is in between)"
+            ) from None
+        except p.AuthenticationException:
+            client.close()
+            raise Unreachable(f"ssh: authentication failed for {user}@{host}") from None
+        except p.SSHException as exc:
+            client.close()
+            text = str(exc)
+            if "not found in known_hosts" in text:
+                raise Unreachable(
+                    f"ssh: the host key of {host} is not in {s.known_hosts} (refused)"
+                ) from None
+            raise Unreachable(f"ssh: {text or type(exc).__name__}") from None
+        except TimeoutError:
+            client.close()
+            raise Unreachable(
+                f"ssh: connect to {host}:{port} timed out after {s.connect_timeout_s:g} s"
+            ) from None
+        except ConnectionRefusedError:
+            client.close()
+            raise Unreachable(f"ssh: connection to {host}:{port} refused") from None
+        except socket.gaierror as exc:
+            client.close()
+            raise Unreachable(f"ssh: cannot resolve {host}: {exc.strerror}") from None
+        except (OSError, EOFError) as exc:
+            client.close()
+            causes = list(getattr(exc, "errors", {}).values())  # paramiko: one per address
+            if causes and all(isinstance(c, ConnectionRefusedError) for c in causes):
+                raise Unreachable(f"ssh: connection to {host}:{port} refused") from None
+            why = "; ".join(c.strerror or str(c) for c in causes) if causes else None
+            why = why or getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise Unreachable(f"ssh: {host}:{port}: {why}") from None
+        transport = client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(30)
+        return client
+
+    def _jump_transport(self) -> Any:
+        s = self.settings
+        assert s.jump_host is not None  # noqa: S101 - only called with a jump host
+        with self._jump_lock:
+            if self._jump is None or not self._jump.get_transport().is_active():
+                try:
+                    self._jump = self._open(s.jump_host, s.jump_port, s.jump_user or s.user)
+                except Unreachable as exc:
+                    raise Unreachable(f"jump host {s.jump_host}: {exc.reason}") from None
+            return self._jump.get_transport()
+
+    def connect(self, target: Target) -> Session:
+        s = self.settings
+        sock = None
+        if s.jump_host is not None:
+            try:
+                sock = self._jump_transport().open_channel(
+                    "direct-tcpip",
+                    (target.address, s.port),
+                    ("127.0.0.1", 0),
+                    timeout=s.connect_timeout_s,
+                )
+            except Unreachable:
+                raise
+            except (self._paramiko.SSHException, OSError, EOFError) as exc:
+                raise Unreachable(
+                    f"ssh: through {s.jump_host} to {target.address}:{s.port}: {exc}"
+                ) from None
+        return _ParamikoSession(self._open(target.address, s.port, s.user, sock=sock))
+
+    def close(self) -> None:
+        with self._jump_lock:
+            if self._jump is not None:
+                self._jump.close()
+                self._jump = None
+
+
+class _ParamikoSession:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def start(self, command: str) -> Running:
+        started = time.monotonic()
+        try:
+            transport = self.client.get_transport()
+            if transport is None or not transport.is_active():
+                return _Failed("ssh: the connection is closed")
+            chan = transport.open_session(timeout=30)
+            chan.exec_command(command)
+            chan.shutdown_write()  # nothing on stdin: a command that reads it gets EOF
+        except Exception as exc:  # paramiko raises many kinds: all mean "could not run"
+            return _Failed(f"ssh: could not start the command: {exc or type(exc).__name__}")
+        return _ParamikoRunning(chan, started)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class _Failed:
+    """A command that could not be started."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        return False
+
+    def finish(self, timeout: float) -> ExecResult:
+        return ExecResult(error=self.error)
+
+
+class _ParamikoRunning:
+    _SLICE = 0.5
+
+    def __init__(self, chan: Any, started: float) -> None:
+        self.chan = chan
+        self.started = started
+        self.out = bytearray()
+        self.err = bytearray()
+        self.eof = False
+        self.error: str | None = None
+
+    def _drain_stderr(self) -> None:
+        while self.chan.recv_stderr_ready():
+            data = self.chan.recv_stderr(65536)
+            if not data:
+                break
+            if len(self.err) < MAX_OUTPUT_BYTES:
+                self.err += data
+
+    def _pump(self, deadline: float, until: bytes | None = None) -> bool:
+        """Read until ``until`` shows in stdout (True), the command ended or the deadline."""
+        while True:
+            if until is not None and until in self.out:
+                return True
+            self._drain_stderr()
+            if self.eof and self.chan.exit_status_ready():
+                self._drain_stderr()
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self.eof:
+                self.chan.status_event.wait(min(remaining, self._SLICE))
+                continue
+            self.chan.settimeout(min(remaining, self._SLICE))
+            try:
+                data = self.chan.recv(65536)
+            except TimeoutError:
+                continue
+            except (OSError, EOFError) as exc:
+                self.error = f"ssh: connection lost: {exc or type(exc).__name__}"
+                return False
+            if not data:
+                self.eof = True
+                continue
+            self.out += data
+            if len(self.out) > MAX_OUTPUT_BYTES:
+                self.error = f"output larger than {MAX_OUTPUT_BYTES // (1024 * 1024)} MiB, cut"
+                return False
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        return self._pump(time.monotonic() + timeout, text.encode())
+
+    def finish(self, timeout: float) -> ExecResult:
+        self._pump(time.monotonic() + timeout)
+        seconds = time.monotonic() - self.started
+        if self.error is None and not (self.eof and self.chan.exit_status_ready()):
+            if self.chan.closed or not self.chan.get_transport().is_active():
+                self.error = "ssh: the connection was lost while the command ran"
+            else:
+                self.chan.close()  # the node-side `timeout` ends the command itself
+                return ExecResult(
+                    bytes(self.out), bytes(self.err), None, timed_out=True, seconds=seconds
+                )
+        if self.error is not None:
+            self.chan.close()
+            return ExecResult(bytes(self.out), bytes(self.err), None, error=self.error)
+        status = self.chan.recv_exit_status()
+        self.chan.close()
+        rc: int | None = status if status >= 0 else None
+        error = None if rc is not None else "ended without an exit status (killed by a signal?)"
+        return ExecResult(bytes(self.out), bytes(self.err), rc, error=error, seconds=seconds)
+
+
+# ------------------------------------------------------------------------------------------
+# The bundle directory
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: readers see the old
+    file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _json_bytes(data: Any) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _tail(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")[-STDERR_TAIL:]
+
+
+def probe_meta(result: ExecResult, argv: Sequence[str], timeout_s: float) -> dict[str, Any]:
+    """What meta.json says about one probe (suite.py reads rc, timed_out and error)."""
+    error = result.error
+    if error is None and result.timed_out:
+        error = f"timed out after {timeout_s:g} s"
+    if error is None and result.rc == _NOT_FOUND_RC:
+        error = f"{argv[0]}: command not found (exit 127)"
+    elif error is None and result.rc == _CANNOT_RUN_RC:
+        error = f"{argv[0]}: cannot be run (exit 126)"
+    return {
+        "rc": result.rc,
+        "timed_out": result.timed_out,
+        "error": error,
+        "command": shlex.join(argv),
+        "timeout_s": timeout_s,
+        "seconds": round(result.seconds, 3),
+        "stderr": _tail(result.stderr),
+    }
+
+
+@dataclass
+class _NodeState:
+    target: Target
+    folder: Path
+    session: Session | None = None  # open from the node's probes until it is no longer needed
+    reached: bool = False  # phase 1 connected to it
+    unreachable: str | None = None
+    probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(
+        self, kind: str, result: ExecResult, argv: Sequence[str], timeout_s: float, **extra: Any
+    ) -> None:
+        """Store one probe's output (``<kind>.txt``, atomically) and its outcome."""
+        if result.stdout or result.error is None:
+            write_atomic(self.folder / f"{kind}.txt", result.stdout)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / f"{kind}.txt").unlink()
+        with self.lock:
+            self.probes[kind] = {**probe_meta(result, argv, timeout_s), **extra}
+
+    def write_meta(self) -> None:
+        with self.lock:
+            if self.unreachable is not None:
+                meta: dict[str, Any] = {"unreachable": self.unreachable}
+            else:
+                meta = {"probes": dict(sorted(self.probes.items()))}
+        write_atomic(self.folder / "meta.json", _json_bytes(meta))
+
+
+# ------------------------------------------------------------------------------------------
+# Collecting
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    kind: str  # "node" (a node's probes are done), "pair" (an ib_write_bw pair is done)
+    node: str = ""
+    status: str = ""  # node: "ok" | "unreachable"; pair: "ok" | "failed"
+    done: int = 0
+    total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PairRun:
+    """One ib_write_bw pair: every HCA from ``client`` to ``server``."""
+
+    fabric: str
+    server: str
+    client: str
+    passed: bool
+    retest: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fabric": self.fabric,
+            "server": self.server,
+            "client": self.client,
+            "passed": self.passed,
+            "retest": self.retest,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CollectResult:
+    bundle: Path
+    unreachable: dict[str, str]
+    pairs: tuple[PairRun, ...]
+    collected_at: str
+    seconds: float
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Collector:
+    """Runs the probes of each node's level on every target and writes the bundle."""
+
+    def __init__(
+        self,
+        connector: Connector,
+        exps: Mapping[str, NodeExpectation],
+        *,
+        level: str | None = None,
+        parallel: int = DEFAULT_PARALLEL,
+        channels: int = CHANNELS_PER_NODE,
+        become: bool = False,
+        pair_rounds: int | None = None,
+        on_progress: Callable[[ProgressEvent], None] | None = None,
+    ) -> None:
+        if parallel < 1:
+            raise UsageError("--parallel must be 1 or more")
+        self.connector = connector
+        self.exps = exps
+        self.level = level
+        self.parallel = parallel
+        self.channels = max(1, channels)
+        self.become = become
+        self.pair_rounds = pair_rounds
+        self.on_progress = on_progress or (lambda _e: None)
+        self._done = 0
+        self._count_lock = threading.Lock()
+        self._pair_nodes: set[str] = set()
+        self._keep_open = True
+        self._cancel = threading.Event()
+
+    def _parallel(self, fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+        """``fn`` over ``items`` on ``workers`` threads. Ctrl-C (or any error) stops handing
+        out work: what runs is abandoned (its sessions are closed by the caller), nothing new
+        starts."""
+        if not items:
+            return []
+        pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))))
+        try:
+            results = list(pool.map(fn, items))
+        except BaseException:
+            self._cancel.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        return results
+
+    # -- one command --------------------------------------------------------------------
+
+    def _run(self, session: Session, argv: Sequence[str], timeout_s: float) -> ExecResult:
+        running = session.start(command_line(argv, timeout_s, become=self.become))
+        result = running.finish(timeout_s + KILL_AFTER_S + GRACE_S)
+        if result.rc == _TIMEOUT_RC and result.error is None:
+            return ExecResult(
+                result.stdout, result.stderr, result.rc, timed_out=True, seconds=result.seconds
+            )
+        return result
+
+    def _probe(self, state: _NodeState, probe: Probe) -> None:
+        if self._cancel.is_set() or state.session is None:
+            return  # stopped: meta.json keeps saying "not finished"
+        exp = self.exps[state.target.node]
+        argv = probe.command(exp)
+        try:
+            result = self._run(state.session, argv, probe.timeout_s)
+        except Exception as exc:  # a transport bug must not lose the node
+            result = ExecResult(error=f"could not run: {exc or type(exc).__name__}")
+        state.record(probe.kind, result, argv, probe.timeout_s)
+
+    # -- phase 1: every node's own probes -------------------------------------------------
+
+    def _node(self, state: _NodeState, total: int) -> None:
+        exp = self.exps[state.target.node]
+        plan = probes_for(exp, self.level)
+        state.folder.mkdir(parents=True, exist_ok=True)
+        # until the probes are done, meta.json says they are not: a bundle left by a collector
+        # that was stopped is judged UNKNOWN for what it lacks, never from half its outputs
+        with state.lock:
+            state.probes = {
+                p.kind: {
+                    "rc": None,
+                    "timed_out": False,
+                    "error": "not finished (the collection was stopped)",
+                    "command": shlex.join(p.command(exp)),
+                }
+                for p in plan
+            }
+        state.write_meta()
+        if self._cancel.is_set():
+            return
+        try:
+            state.session = self.connector.connect(state.target)
+        except Unreachable as exc:
+            state.unreachable = exc.reason
+        except Exception as exc:  # never lose a node to an unexpected error
+            state.unreachable = f"ssh: {exc or type(exc).__name__}"
+        if state.session is not None:
+            state.reached = True
+            light = [p for p in plan if not p.exclusive]
+            heavy = [p for p in plan if p.exclusive]
+            self._parallel(lambda p: self._probe(state, p), light, self.channels)
+            for p in heavy:
+                self._probe(state, p)
+            if not (self._keep_open and state.target.node in self._pair_nodes):
+                self._close(state)
+        state.write_meta()
+        with self._count_lock:
+            self._done += 1
+            done = self._done
+        self.on_progress(
+            ProgressEvent(
+                "node",
+                state.target.node,
+                "unreachable" if state.unreachable else "ok",
+                done,
+                total,
+            )
+        )
+
+    # -- phase 2: ib_write_bw between nodes -----------------------------------------------
+
+    def _hcas(self, node: str, fabric: str) -> list[str]:
+        return [n.device for n in self.exps[node].nics if n.fabric == fabric]
+
+    @staticmethod
+    def _close(state: _NodeState) -> None:
+        if state.session is not None:
+            with contextlib.suppress(Exception):
+                state.session.close()
+            state.session = None
+
+    @contextlib.contextmanager
+    def _borrow(self, state: _NodeState) -> Iterator[Session]:
+        """The node's open session, or a new connection for the time of one pair (when more
+        nodes take part in ib_write_bw than --parallel, sessions are not kept between)."""
+        if state.session is not None:
+            yield state.session
+            return
+        session = self.connector.connect(state.target)
+        try:
+            yield session
+        finally:
+            with contextlib.suppress(Exception):
+                session.close()
+
+    def _pair(
+        self,
+        states: Mapping[str, _NodeState],
+        fabric: str,
+        server: str,
+        client: str,
+        retest: bool,
+    ) -> PairRun:
+        srv, cli = states[server], states[client]
+        try:
+            with self._borrow(srv) as s_session, self._borrow(cli) as c_session:
+                ok = self._pair_hcas(srv, cli, s_session, c_session, fabric, retest)
+        except Unreachable as exc:
+            for st, other in ((srv, cli), (cli, srv)):
+                if st is srv and retest:
+                    continue
+                for hca in self._hcas(st.target.node, fabric):
+                    st.record(
+                        perftest_kind(hca),
+                        ExecResult(
+                            error=f"not measured: reconnecting for ib_write_bw with "
+                            f"{other.target.node}: {exc.reason}"
+                        ),
+                        ("ib_write_bw",),
+                        IB_WRITE_BW_TIMEOUT_S,
+                    )
+            ok = False
+        return PairRun(fabric, server, client, ok, retest)
+
+    def _pair_hcas(
+        self,
+        srv: _NodeState,
+        cli: _NodeState,
+        s_session: Session,
+        c_session: Session,
+        fabric: str,
+        retest: bool,
+    ) -> bool:
+        server, client = srv.target.node, cli.target.node
+        server_hcas = self._hcas(server, fabric)
+        ok = True
+        for i, hca in enumerate(self._hcas(client, fabric)):
+            peer_hca = hca if hca in server_hcas else server_hcas[i % len(server_hcas)]
+            port = IB_WRITE_BW_BASE_PORT + i
+            s_argv = ib_write_bw_server(peer_hca, port)
+            c_argv = ib_write_bw_client(hca, port, srv.target.address)
+            extra_s = {"role": "server", "peer": client, "peer_hca": hca, "retest": retest}
+            extra_c = {"role": "client", "peer": server, "peer_hca": peer_hca, "retest": retest}
+            t = IB_WRITE_BW_TIMEOUT_S
+            running = s_session.start(command_line(s_argv, t, become=self.become))
+            if not running.wait_for(SERVER_READY, IB_WRITE_BW_SERVER_START_S):
+                s_res = running.finish(KILL_AFTER_S + GRACE_S)
+                why = s_res.error or (
+                    f"exit {s_res.rc}: {_tail(s_res.stderr).strip()[-300:]}"
+                    if s_res.rc is not None
+                    else f"no '{SERVER_READY}' within {IB_WRITE_BW_SERVER_START_S} s"
+                )
+                c_res = ExecResult(
+                    error=f"not run: the ib_write_bw server on {server} ({peer_hca}) did not "
+                    f"start: {why}"
+                )
+            else:
+                c_res = self._run(c_session, c_argv, t)
+                s_res = running.finish(t + KILL_AFTER_S + GRACE_S)
+            if s_res.rc == _TIMEOUT_RC and s_res.error is None:
+                s_res = ExecResult(s_res.stdout, s_res.stderr, s_res.rc, timed_out=True)
+            # the server prints the same result table: each side's output goes to its own node,
+            # except in a retest, where the server is a node that passed already and only the
+            # node under suspicion (the client) gets the new result
+            if not retest:
+                srv.record(perftest_kind(peer_hca), s_res, s_argv, t, **extra_s)
+            cli.record(perftest_kind(hca), c_res, c_argv, t, **extra_c)
+            ok = ok and self._passes(client, hca, c_res) and self._passes(server, peer_hca, s_res)
+        return ok
+
+    def _passes(self, node: str, hca: str, result: ExecResult) -> bool:
+        exp = self.exps[node]
+        only = tuple(n for n in exp.nics if n.device == hca)
+        if not only:
+            return True
+        out = ProbeOutput(
+            "perftest",
+            result.stdout.decode("utf-8", errors="replace") if result.stdout else None,
+            rc=result.rc,
+            timed_out=result.timed_out,
+            error=result.error,
+        )
+        verdicts = judge_ib_write_bw(dataclasses.replace(exp, nics=only), {hca: out})
+        return all(r.verdict is Verdict.OK for r in verdicts)
+
+    def _pairs(self, states: Mapping[str, _NodeState], total: int) -> list[PairRun]:
+        by_fabric: dict[str, list[str]] = {}
+        for node, st in states.items():
+            exp = self.exps[node]
+            if not st.reached or node not in self._pair_nodes:
+                continue
+            for fabric in dict.fromkeys(n.fabric for n in exp.nics):
+                by_fabric.setdefault(fabric, []).append(node)
+        runs: list[PairRun] = []
+        done = 0
+
+        def report(run: PairRun) -> None:
+            nonlocal done
+            done += 1
+            status = "ok" if run.passed else "failed"
+            self.on_progress(ProgressEvent("pair", run.client, status, done, total))
+
+        # fabrics one after the other: a node on two fabrics never runs two tests at once
+        # each pair holds two connections: without kept sessions, half as many pairs at once
+        workers = self.parallel if self._keep_open else max(1, self.parallel // 2)
+        for fabric, members in sorted(by_fabric.items()):
+            rounds = pairing.schedule(members, self.pair_rounds)
+
+            def play(rnd: pairing.Round, retest: bool, fabric: str = fabric) -> list[PairRun]:
+                got = self._parallel(lambda p: self._pair(states, fabric, *p, retest), rnd, workers)
+                for run in got:
+                    report(run)
+                return got
+
+            first = [run for rnd in rounds for run in play(rnd, False)]
+            # a failed pair does not say which node is at fault: each of its nodes is tested
+            # again against a node of a pair that passed
+            suspects = [n for r in first if not r.passed for n in (r.server, r.client)]
+            good = [n for r in first if r.passed for n in (r.server, r.client)]
+            again = [run for rnd in pairing.retest(suspects, good) for run in play(rnd, True)]
+            runs += first + again
+            tested = pairing.covered(rounds)
+            for node in members:
+                if node in tested:
+                    continue
+                for hca in self._hcas(node, fabric):
+                    states[node].record(
+                        perftest_kind(hca),
+                        ExecResult(
+                            error=f"not measured: no other reachable node on fabric {fabric} "
+                            "to run ib_write_bw with"
+                        ),
+                        ("ib_write_bw",),
+                        IB_WRITE_BW_TIMEOUT_S,
+                    )
+        return runs
+
+    # -- the whole run ---------------------------------------------------------------------
+
+    def collect(self, targets: Sequence[Target], out: Path) -> CollectResult:
+        started = time.monotonic()
+        collected_at = _iso(datetime.now(UTC))
+        out.mkdir(parents=True, exist_ok=True)
+        header = {
+            "gpuctl": __version__,
+            "collected_at": collected_at,
+            "level": self.level,
+            "nodes": [t.node for t in targets],
+            "complete": False,
+        }
+        write_atomic(out / BUNDLE_FILE, _json_bytes(header))
+        states = {t.node: _NodeState(t, out / t.node) for t in targets}
+        self._pair_nodes = {
+            t.node for t in targets if wants_ib_write_bw(self.exps[t.node], self.level)
+        }
+        # sessions stay open for ib_write_bw when that keeps within --parallel connections
+        self._keep_open = len(self._pair_nodes) <= self.parallel
+        try:
+            self._parallel(
+                lambda s: self._node(s, len(states)), list(states.values()), self.parallel
+            )
+            pair_total = sum(1 for n, s in states.items() if s.reached and n in self._pair_nodes)
+            runs = self._pairs(states, max(1, pair_total // 2))
+            for st in states.values():
+                st.write_meta()
+        finally:
+            for st in states.values():
+                self._close(st)
+            with contextlib.suppress(Exception):
+                self.connector.close()
+        unreachable = {n: s.unreachable for n, s in states.items() if s.unreachable is not None}
+        seconds = time.monotonic() - started
+        write_atomic(
+            out / BUNDLE_FILE,
+            _json_bytes(
+                {
+                    **header,
+                    "complete": True,
+                    "seconds": round(seconds, 3),
+                    "unreachable": unreachable,
+                    "pairs": [r.to_json() for r in runs],
+                }
+            ),
+        )
+        return CollectResult(out, unreachable, tuple(runs), collected_at, seconds)
+
+
+# ------------------------------------------------------------------------------------------
+# The library entry points: validate (collect + judge) and judge_bundle (judge again)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidateResult:
+    """What one `gpuctl validate` found: the bundle it wrote (or read) and its verdicts."""
+
+    bundle: Path
+    report: ValidationReport
+    unreachable: dict[str, str]
+    level: str | None  # the level asked for; None = each node's level from cluster.yml
+    nodes: tuple[str, ...]
+    collected_at: str | None
+    seconds: float = 0.0
+    pairs: tuple[PairRun, ...] = ()
+    complete: bool = True  # False: the bundle is from a collection that did not finish
+
+    @property
+    def failed(self) -> bool:
+        return self.report.failed
+
+    @property
+    def failed_nodes(self) -> list[str]:
+        return [n.node for n in self.report.nodes if n.failed]
+
+
+def with_level(cluster: Cluster, level: str | None) -> Cluster:
+    """The cluster with every node at ``level`` (None: unchanged, each group's own level)."""
+    if level is None:
+        return cluster
+    if level not in LEVELS:
+        raise UsageError(f"unknown level {level!r}; levels: {', '.join(LEVELS)}")
+    lvl = Level(level)
+    return cluster.model_copy(
+        update={
+            "validation": cluster.validation.model_copy(update={"level": lvl}),
+            "node_groups": [
+                g.model_copy(update={"validation": g.validation.model_copy(update={"level": lvl})})
+                for g in cluster.node_groups
+            ],
+        }
+    )
+
+
+def select_nodes(cluster: Cluster, limit: str | None) -> list[str]:
+    """The nodes ``limit`` names (node sets such as ``gpu[001-004]``, node group names, comma
+    separated), in the order of cluster.yml; every node when ``limit`` is None."""
+    every = [n.name for n in cluster_nodes(cluster)]
+    if limit is None:
+        return every
+    groups = {g.name: g.node_names() for g in cluster.node_groups}
+    wanted: set[str] = set()
+    unknown: list[str] = []
+    for piece in _split_top(limit):
+        if piece in groups:
+            wanted.update(groups[piece])
+            continue
+        try:
+            names = list(NodeSet(piece))
+        except NodeSetParseError as exc:
+            raise UsageError(f"--limit: {piece!r} is not a node set: {exc}") from None
+        unknown += [n for n in names if n not in every]
+        wanted.update(names)
+    if unknown:
+        shown = str(NodeSet.fromlist(unknown))
+        raise UsageError(f"--limit: not in the cluster: {shown}")
+    chosen = [n for n in every if n in wanted]
+    if not chosen:
+        raise UsageError("--limit selects no node")
+    return chosen
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets."""
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [p.strip() for p in out if p.strip()]
+
+
+def default_out(cluster_path: Path) -> Path:
+    """A new directory ``.gpuctl/validate/<UTC time>`` beside cluster.yml."""
+    base = cluster_path.resolve().parent / ".gpuctl" / "validate"
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate, n = base / stamp, 1
+    while candidate.exists():
+        n += 1
+        candidate = base / f"{stamp}-{n}"
+    return candidate
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--out {out}: exists and is not an empty directory")
+
+
+def _judge(
+    cluster: Cluster,
+    bundle: Path,
+    nodes: Sequence[str],
+    level: str | None,
+    collected_at: str | None,
+) -> ValidationReport:
+    now = datetime.fromisoformat(collected_at) if collected_at else None
+    report = judge_directory(
+        with_level(cluster, level),
+        bundle,
+        level=level,
+        now=now,
+        generated_at=collected_at,
+    )
+    keep = set(nodes)
+    extra = {
+        k: ({n: v for n, v in val.items() if n in keep} if isinstance(val, dict) else val)
+        for k, val in report.extra.items()
+    }
+    return ValidationReport(
+        cluster=report.cluster,
+        level=report.level,
+        nodes=tuple(n for n in report.nodes if n.node in keep),
+        generated_at=report.generated_at,
+        extra=extra,
+    )
+
+
+def validate(
+    cluster_path: Path,
+    *,
+    level: str | None = None,
+    limit: str | None = None,
+    out: Path | None = None,
+    parallel: int = DEFAULT_PARALLEL,
+    pair_rounds: int | None = None,
+    connector: Connector | None = None,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+) -> ValidateResult:
+    """Collect every selected node's probe outputs over SSH into ``out`` and judge them.
+
+    ``level`` overrides every node's level from cluster.yml; ``limit`` selects nodes (see
+    :func:`select_nodes`); ``connector`` replaces SSH (tests). The bundle also gets
+    ``results.json`` (the report, for `gpuctl report`).
+    """
+    cluster = load_cluster(cluster_path)
+    if level is not None and level not in LEVELS:
+        raise UsageError(f"--level: {level!r} is not one of {', '.join(LEVELS)}")
+    nodes = select_nodes(cluster, limit)
+    out = out if out is not None else default_out(cluster_path)
+    _check_out(out)
+    settings = ssh_settings(cluster, cluster_path) if connector is None else None
+    if connector is None:
+        assert settings is not None  # noqa: S101
+        connector = ParamikoConnector(settings)
+    become = settings.become if settings is not None else False
+    leveled = with_level(cluster, level)
+    exps = expectations(leveled)
+    address = {n.name: n.address or n.name for n in cluster_nodes(cluster)}
+    targets = [Target(n, address[n]) for n in nodes]
+    collector = Collector(
+        connector,
+        exps,
+        level=level,
+        parallel=parallel,
+        become=become,
+        pair_rounds=pair_rounds,
+        on_progress=on_progress,
+    )
+    got = collector.collect(targets, out)
+    report = _judge(cluster, out, nodes, level, got.collected_at)
+    write_atomic(out / RESULTS_FILE, report.dumps().encode("utf-8"))
+    return ValidateResult(
+        bundle=out,
+        report=report,
+        unreachable=got.unreachable,
+        level=level,
+        nodes=tuple(nodes),
+        collected_at=got.collected_at,
+        seconds=got.seconds,
+        pairs=got.pairs,
+    )
+
+
+def read_bundle_header(bundle: Path) -> dict[str, Any]:
+    """bundle.json of a bundle written by `gpuctl validate` ({} for a hand-made bundle)."""
+    path = bundle / BUNDLE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--bundle: cannot read {path}: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def judge_bundle(
+    cluster_path: Path,
+    bundle: Path,
+    *,
+    level: str | None = None,
+    limit: str | None = None,
+) -> ValidateResult:
+    """Judge a saved bundle again, offline (no SSH): the nodes and level it was collected for
+    unless ``limit`` / ``level`` say otherwise; the Xid window ends at its collection time."""
+    if not bundle.is_dir():
+        raise UsageError(f"--bundle {bundle}: not a directory")
+    cluster = load_cluster(cluster_path)
+    header = read_bundle_header(bundle)
+    if level is None and isinstance(header.get("level"), str):
+        level = header["level"]
+    if level is not None and level not in LEVELS:
+        raise UsageError(f"--level: {level!r} is not one of {', '.join(LEVELS)}")
+    if limit is None and isinstance(header.get("nodes"), list):
+        every = {n.name for n in cluster_nodes(cluster)}
+        nodes = [n for n in select_nodes(cluster, None) if n in set(header["nodes"]) & every]
+    else:
+        nodes = select_nodes(cluster, limit)
+    stamp = header.get("collected_at")
+    collected_at = stamp if isinstance(stamp, str) else None
+    report = _judge(cluster, bundle, nodes, level, collected_at)
+    unreachable = dict(_unreachable_in(bundle, nodes))
+    return ValidateResult(
+        bundle=bundle,
+        report=report,
+        unreachable=unreachable,
+        level=level,
+        nodes=tuple(nodes),
+        collected_at=collected_at,
+        complete=bool(header.get("complete", True)),
+        pairs=tuple(
+            PairRun(
+                str(p.get("fabric")),
+                str(p.get("server")),
+                str(p.get("client")),
+                bool(p.get("passed")),
+                bool(p.get("retest")),
+            )
+            for p in header.get("pairs") or []
+            if isinstance(p, dict)
+        ),
+    )
+
+
+def _unreachable_in(bundle: Path, nodes: Iterable[str]) -> Iterator[tuple[str, str]]:
+    for node in nodes:
+        meta = bundle / node / "meta.json"
+        if not (bundle / node).is_dir():
+            yield node, "no outputs were collected"
+            continue
+        try:
+            data = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("unreachable"):
+            yield node, str(data["unreachable"])

@@ -1,0 +1,218 @@
+"""What `gpuctl validate` runs on each node, per level: the real commands, as data.
+
+Every probe is a command line that an operator could type on the node (the same on a real
+cluster and in the lab), the kind its output is parsed as (the bundle file ``<kind>.txt``, see
+:mod:`gpuctl.validation.suite`), a timeout, the levels it belongs to and the hardware it needs.
+Which probes a node gets follows what the judges in :mod:`gpuctl.validation.judges` read for
+that node, so a node is never asked for output no judge reads, and no judge waits for output
+that was never collected.
+
+Levels and their budgets. A budget bounds one node's own probes in the worst case (every
+probe running into its timeout, one after the other); nodes run in parallel. Typical times on
+an 8-GPU node are far lower.
+
+- ``quick`` (typically seconds; budget 4 min): GPU inventory and health (``nvidia-smi -q -x``),
+  the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports.
+- ``standard`` (typically a few minutes; budget 30 min): quick, plus single-node nccl-tests
+  all_reduce_perf over every GPU and ``dcgmi diag -r 2``; then ib_write_bw between pairs of
+  nodes, every HCA one after the other (at most 75 s per HCA, typically 2-3 s), in one round
+  for an even count of nodes and two for an odd one, plus a retest round for failed pairs.
+- ``long`` (typically 30-60 min; budget 90 min): standard with ``dcgmi diag -r 3`` instead of
+  ``-r 2``. Multi-node nccl-tests through Slurm is not part of it (yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from gpuctl.resources import load_data
+from gpuctl.validation.expect import NodeExpectation
+
+LEVELS = ("quick", "standard", "long")
+QUICK, STANDARD, LONG = LEVELS
+
+# Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
+# stays below it (a unit test checks every example cluster).
+LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 1800, LONG: 5400}
+
+# Extra seconds the collector waits past a probe's own timeout before it gives up on the
+# channel: the node-side `timeout` ends the command first and reports it (exit 124).
+GRACE_S = 15
+# The node-side `timeout` sends SIGKILL this long after SIGTERM.
+KILL_AFTER_S = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One command run on a node; its output is stored as ``<kind>.txt`` and parsed as ``kind``."""
+
+    kind: str
+    argv: tuple[str, ...]  # may hold {gpus} (the node's GPU count)
+    timeout_s: int
+    levels: frozenset[str]
+    needs: str  # a key of NEEDS: which nodes run it
+    exclusive: bool = False  # loads the GPUs: runs alone on its node, after the light probes
+    description: str = ""
+
+    def command(self, exp: NodeExpectation) -> tuple[str, ...]:
+        return tuple(a.format(gpus=exp.gpu_count) for a in self.argv)
+
+
+def _levels(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+def xid_window_hours() -> float:
+    """How far back an Xid still counts (data/xid.yml `window_hours`)."""
+    return float(load_data("xid.yml")["window_hours"])
+
+
+# Which nodes need a probe; each mirrors the condition of the judge that reads the output.
+NEEDS: Mapping[str, Callable[[NodeExpectation], bool]] = {
+    # judge_gpus, judge_xid: any GPU
+    "gpus": lambda e: e.gpu_count > 0,
+    # judge_topology: two or more GPUs, or any high-speed NIC
+    "topology": lambda e: e.gpu_count >= 2 or bool(e.nics),
+    # judge_nccl: two or more GPUs
+    "multi_gpu": lambda e: e.gpu_count >= 2,
+    # judge_nvlink_status: GPUs joined by NVLink (bridge or NVSwitch)
+    "nvlink": lambda e: e.interconnect in ("nvswitch", "nvlink", "nvlink-bridge"),
+    # judge_fabric_manager: NVSwitch systems
+    "fabric_manager": lambda e: e.fabric_manager,
+    # judge_ib_ports: InfiniBand / RoCE adapters
+    "nics": lambda e: bool(e.nics),
+}
+
+PROBES: tuple[Probe, ...] = (
+    Probe(
+        "smi-xml",
+        ("nvidia-smi", "-q", "-x"),
+        60,
+        _levels(QUICK, STANDARD, LONG),
+        "gpus",
+        description="GPU inventory, driver, ECC and row remapping, PCIe link, clocks, fabric",
+    ),
+    Probe(
+        "topo",
+        ("nvidia-smi", "topo", "-m"),
+        30,
+        _levels(QUICK, STANDARD, LONG),
+        "topology",
+        description="GPU/NIC link matrix (NVLink count per pair, GPU-NIC PCIe affinity)",
+    ),
+    Probe(
+        "nvlink",
+        ("nvidia-smi", "nvlink", "-s"),
+        30,
+        _levels(QUICK, STANDARD, LONG),
+        "nvlink",
+        description="every NVLink's speed, or <inactive>",
+    ),
+    Probe(
+        "xid",
+        # The kernel log of the current boot (kernel messages carry SYSLOG_IDENTIFIER=kernel).
+        # Not bounded with --since: a quiet node has no kernel line in the last hours, and an
+        # empty journal cannot be told apart from one that does not see the kernel; the
+        # boot's own lines prove it does. The Xid window (data/xid.yml) is applied when
+        # judging, to the ISO timestamps; an Xid from before the last reboot does not count.
+        ("journalctl", "-t", "kernel", "-b", "--no-pager", "-o", "short-iso"),
+        30,
+        _levels(QUICK, STANDARD, LONG),
+        "gpus",
+        description="NVRM Xid events, GPUs fallen off the bus, NVSwitch SXid events",
+    ),
+    Probe(
+        "fabricmanager",
+        ("systemctl", "status", "nvidia-fabricmanager", "--no-pager", "-l"),
+        30,
+        _levels(QUICK, STANDARD, LONG),
+        "fabric_manager",
+        description="Fabric Manager unit state, version, errors",
+    ),
+    Probe(
+        "ibstat",
+        ("ibstat",),
+        30,
+        _levels(QUICK, STANDARD, LONG),
+        "nics",
+        description="HCA ports: state, physical state, rate, link layer",
+    ),
+    Probe(
+        "nccl",
+        ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "{gpus}"),
+        600,
+        _levels(STANDARD, LONG),
+        "multi_gpu",
+        exclusive=True,
+        description="nccl-tests all_reduce over every GPU of the node: bus bandwidth, #wrong",
+    ),
+    Probe(
+        "dcgm-diag",
+        ("dcgmi", "diag", "-r", "2"),
+        900,
+        _levels(STANDARD),
+        "gpus",
+        exclusive=True,
+        description="DCGM diagnostics, level 2 (medium: deployment, PCIe, memory, ...)",
+    ),
+    Probe(
+        "dcgm-diag",
+        ("dcgmi", "diag", "-r", "3"),
+        3600,
+        _levels(LONG),
+        "gpus",
+        exclusive=True,
+        description="DCGM diagnostics, level 3 (long: adds targeted stress and power)",
+    ),
+)
+
+
+def probes_for(exp: NodeExpectation, level: str | None = None) -> list[Probe]:
+    """The probes one node runs at ``level`` (default: the node's own level from cluster.yml),
+    light ones first, then the exclusive ones, in table order."""
+    lvl = level or exp.level
+    if lvl not in LEVELS:
+        raise ValueError(f"unknown level {lvl!r}; levels: {', '.join(LEVELS)}")
+    chosen = [p for p in PROBES if lvl in p.levels and NEEDS[p.needs](exp)]
+    return [p for p in chosen if not p.exclusive] + [p for p in chosen if p.exclusive]
+
+
+def wants_ib_write_bw(exp: NodeExpectation, level: str | None = None) -> bool:
+    """Whether the node takes part in ib_write_bw between nodes (as suite.judge_node judges)."""
+    return bool(exp.nics) and (level or exp.level) != QUICK
+
+
+# ------------------------------------------------------------------------------------------
+# ib_write_bw between two nodes (perftest): one server, one client per HCA
+
+
+IB_WRITE_BW_BASE_PORT = 18515  # perftest's default out-of-band TCP port
+IB_WRITE_BW_SIZE = 8 * 1024 * 1024  # 8 MiB messages, as the floors in data/fabrics.yml
+IB_WRITE_BW_TIMEOUT_S = 60
+# How long the client waits for the server to print perftest's "Waiting for client" banner.
+IB_WRITE_BW_SERVER_START_S = 15
+SERVER_READY = "Waiting for client to connect"
+
+
+def ib_write_bw_server(hca: str, port: int) -> tuple[str, ...]:
+    return (
+        "ib_write_bw",
+        "-d",
+        hca,
+        "-p",
+        str(port),
+        "-s",
+        str(IB_WRITE_BW_SIZE),
+        "-F",
+        "--report_gbits",
+    )
+
+
+def ib_write_bw_client(hca: str, port: int, server_address: str) -> tuple[str, ...]:
+    return (*ib_write_bw_server(hca, port), server_address)
+
+
+def perftest_kind(hca: str) -> str:
+    """The bundle name of one HCA's ib_write_bw output (``perftest-<hca>.txt``)."""
+    return f"perftest-{hca}"

@@ -1,0 +1,89 @@
+"""Pairing nodes for ib_write_bw: properties of the circle method and of the retest rounds."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuctl.validation.pairs import covered, retest, round_robin, rounds_to_cover, schedule
+
+names = st.lists(
+    st.text(alphabet="abcdefgh0123456789", min_size=1, max_size=6), unique=True, max_size=40
+)
+
+
+def _no_node_twice(rounds: list[list[tuple[str, str]]]) -> None:
+    for rnd in rounds:
+        nodes = [n for pair in rnd for n in pair]
+        assert len(nodes) == len(set(nodes)), rnd
+        assert all(a != b for a, b in rnd)
+
+
+@given(names)
+def test_round_robin_meets_every_pair_exactly_once_and_no_node_twice_a_round(
+    nodes: list[str],
+) -> None:
+    rounds = round_robin(nodes)
+    _no_node_twice(rounds)
+    met = [frozenset(pair) for rnd in rounds for pair in rnd]
+    assert len(met) == len(set(met))
+    assert set(met) == {frozenset(p) for p in combinations(nodes, 2)}
+    n = len(nodes)
+    assert len(rounds) == (0 if n < 2 else n - 1 if n % 2 == 0 else n)
+
+
+@given(names)
+def test_the_default_schedule_tests_every_node_in_one_or_two_rounds(nodes: list[str]) -> None:
+    rounds = schedule(nodes)
+    _no_node_twice(rounds)
+    if len(nodes) >= 2:
+        assert covered(rounds) == set(nodes)
+    else:
+        assert rounds == []
+    assert len(rounds) == rounds_to_cover(len(nodes))
+    # with an odd count exactly one node sits out each round
+    for rnd in rounds:
+        assert len(rnd) == len(nodes) // 2
+
+
+@given(names, st.integers(min_value=0, max_value=50))
+def test_more_rounds_are_the_next_rounds_of_the_same_tournament(
+    nodes: list[str], count: int
+) -> None:
+    rounds = schedule(nodes, count)
+    assert rounds == round_robin(nodes)[:count]
+    _no_node_twice(rounds)
+
+
+@given(names)
+def test_every_node_is_server_in_about_half_its_pairs(nodes: list[str]) -> None:
+    served = dict.fromkeys(nodes, 0)
+    met = dict.fromkeys(nodes, 0)
+    for rnd in round_robin(nodes):
+        for server, client in rnd:
+            served[server] += 1
+            met[server] += 1
+            met[client] += 1
+    assert all(abs(served[n] - met[n] / 2) <= 1 for n in nodes), served
+
+
+def test_two_and_three_nodes() -> None:
+    assert schedule(["a", "b"]) == [[("a", "b")]]
+    rounds = schedule(["a", "b", "c"])
+    assert len(rounds) == 2
+    assert covered(rounds) == {"a", "b", "c"}
+
+
+@given(names, names)
+def test_retest_pairs_each_suspect_with_a_good_node(suspects: list[str], good: list[str]) -> None:
+    rounds = retest(suspects, good)
+    _no_node_twice(rounds)
+    wanted = [s for s in suspects if s not in good]
+    if not good:
+        assert rounds == []
+        return
+    clients = [c for rnd in rounds for _, c in rnd]
+    assert sorted(clients) == sorted(wanted)  # every suspect once, as the client
+    assert all(s in good for rnd in rounds for s, _ in rnd)

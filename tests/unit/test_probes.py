@@ -1,0 +1,121 @@
+"""The probe table: real commands, parsed kinds that exist, budgets, and the same view of what
+each node needs as the judges have."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gpuctl.config import load_cluster
+from gpuctl.validation.collect import with_level
+from gpuctl.validation.expect import NodeExpectation, expectations
+from gpuctl.validation.judges import ProbeOutput
+from gpuctl.validation.parsing import registry
+from gpuctl.validation.probes import (
+    LEVEL_BUDGET_S,
+    LEVELS,
+    PROBES,
+    ib_write_bw_client,
+    ib_write_bw_server,
+    perftest_kind,
+    probes_for,
+    wants_ib_write_bw,
+)
+from gpuctl.validation.suite import NodeBundle, judge_node
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORIES = sorted(p for p in (ROOT / "inventories").glob("*.yml"))
+
+
+def _exps(inventory: Path, level: str) -> dict[str, NodeExpectation]:
+    return expectations(with_level(load_cluster(inventory), level))
+
+
+def _commands(exp: NodeExpectation, level: str) -> dict[str, str]:
+    return {p.kind: shlex.join(p.command(exp)) for p in probes_for(exp, level)}
+
+
+def test_every_probe_kind_has_a_parser() -> None:
+    kinds = set(registry())
+    assert {p.kind for p in PROBES} <= kinds
+    assert "perftest" in kinds
+
+
+def test_quick_on_an_hgx_h100_node_runs_the_six_inventory_and_health_commands() -> None:
+    exp = _exps(ROOT / "inventories" / "hgx-h100-ndr.yml", "quick")["gpu001"]
+    assert _commands(exp, "quick") == {
+        "smi-xml": "nvidia-smi -q -x",
+        "topo": "nvidia-smi topo -m",
+        "nvlink": "nvidia-smi nvlink -s",
+        "xid": "journalctl -t kernel -b --no-pager -o short-iso",
+        "fabricmanager": "systemctl status nvidia-fabricmanager --no-pager -l",
+        "ibstat": "ibstat",
+    }
+
+
+def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
+    exp = _exps(ROOT / "inventories" / "hgx-h100-ndr.yml", "standard")["gpu001"]
+    standard = _commands(exp, "standard")
+    assert standard["nccl"] == "all_reduce_perf -b 8 -e 8G -f 2 -g 8"
+    assert standard["dcgm-diag"] == "dcgmi diag -r 2"
+    assert _commands(exp, "long")["dcgm-diag"] == "dcgmi diag -r 3"
+    # the GPU-heavy probes run last, one at a time
+    order = [p.kind for p in probes_for(exp, "standard")]
+    assert order[-2:] == ["nccl", "dcgm-diag"]
+    assert wants_ib_write_bw(exp, "standard")
+    assert not wants_ib_write_bw(exp, "quick")
+
+
+def test_pcie_nodes_skip_nvlink_and_fabric_manager_and_cpu_nodes_run_nothing() -> None:
+    l40s = _exps(ROOT / "inventories" / "l40s-pcie.yml", "quick")
+    gpu = next(e for e in l40s.values() if e.gpu_count)
+    assert set(_commands(gpu, "quick")) == {"smi-xml", "topo", "xid", "ibstat"} - (
+        set() if gpu.nics else {"ibstat"}
+    )
+    cpu = [e for e in l40s.values() if not e.gpu_count and not e.nics]
+    assert cpu
+    assert all(probes_for(e, "long") == [] for e in cpu)
+
+
+def test_ib_write_bw_command_lines() -> None:
+    assert shlex.join(ib_write_bw_server("mlx5_3", 18518)) == (
+        "ib_write_bw -d mlx5_3 -p 18518 -s 8388608 -F --report_gbits"
+    )
+    assert shlex.join(ib_write_bw_client("mlx5_3", 18518, "10.0.0.12")) == (
+        "ib_write_bw -d mlx5_3 -p 18518 -s 8388608 -F --report_gbits 10.0.0.12"
+    )
+    assert perftest_kind("mlx5_3") == "perftest-mlx5_3"
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_each_level_fits_its_budget(level: str) -> None:
+    for inventory in INVENTORIES:
+        for exp in _exps(inventory, level).values():
+            total = sum(p.timeout_s for p in probes_for(exp, level))
+            assert total <= LEVEL_BUDGET_S[level], (inventory.name, exp.node, total)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("inventory", INVENTORIES, ids=lambda p: p.stem)
+def test_what_is_collected_is_what_the_judges_read(inventory: Path, level: str) -> None:
+    """No judge says "not collected" for a node that ran its level's probes, and no probe
+    output goes unread (each kind is read by some judge on that node)."""
+    for exp in _exps(inventory, level).values():
+        plan = probes_for(exp, level)
+        outputs = {p.kind: ProbeOutput(p.kind, "x") for p in plan}
+        per_hca = {
+            n.device: ProbeOutput("perftest", "x") for n in exp.nics if wants_ib_write_bw(exp)
+        }
+        results = judge_node(exp, NodeBundle(exp.node, outputs, per_hca))
+        missing = [r.message for r in results if "not collected" in r.message]
+        assert missing == [], (exp.node, missing)
+        read = {kind for kind in outputs if any(r.message.startswith(f"{kind}:") for r in results)}
+        assert read == set(outputs), (exp.node, set(outputs) - read)
+
+
+def test_probe_timeouts_are_set() -> None:
+    assert all(0 < p.timeout_s <= 3600 for p in PROBES)
+    with pytest.raises(ValueError, match="unknown level"):
+        probes_for(NodeExpectation("n", "g"), "fast")
