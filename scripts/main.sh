@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job on the lab (as root): set up, start a 3-node lab (systemd-nspawn nodes on a
-# private bridge; builds the cached Debian 12 image the first time), then check and render the
-# running lab's cluster.yml into out/lab (inventory, ansible.cfg, Slurm files). The lab stays up:
-# `.venv/bin/gpuctl lab status`, `gpuctl lab ssh gpu001`, `gpuctl lab down`.
-# Provisioning and validating the lab come with the provisioning and validate issues.
+# private bridge; builds the cached Debian 12 image the first time), check and render the
+# running lab's cluster.yml into out/lab, then provision it with `gpuctl provision` (real
+# Ansible over SSH: NVIDIA stand-in packages from the lab repository, munge and Slurm from
+# Debian). The lab stays up: `.venv/bin/gpuctl lab status`, `gpuctl lab ssh ctl01 -- sinfo`,
+# `gpuctl logs --state-dir out/lab-runs`, `gpuctl lab down`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --lab
@@ -11,5 +12,6 @@ scripts/bootstrap.sh --lab
 cluster="${GPUCTL_LAB_DIR:-/var/lib/gpuctl-lab}/cluster.yml"
 .venv/bin/gpuctl check "$cluster"
 .venv/bin/gpuctl render "$cluster" -o out/lab
-.venv/bin/gpuctl lab ssh gpu001 -- systemctl is-system-running
-echo "main: the lab is up; rendered its cluster.yml into out/lab"
+.venv/bin/gpuctl provision "$cluster" --state-dir out/lab-runs
+.venv/bin/gpuctl lab ssh ctl01 -- sinfo -N
+echo "main: the lab is up and provisioned; runs are in out/lab-runs"
