@@ -11,6 +11,7 @@ from typer.core import TyperGroup
 
 from gpuctl import __version__
 from gpuctl.cli import (
+    acceptance_cmd,
     config_cmds,
     lab_cmds,
     parse_cmd,
@@ -83,6 +84,7 @@ report_cmd.register(app)
 provision_cmds.register(app)
 validate_cmd.register(app)
 lab_cmds.register(app)
+acceptance_cmd.register(app)
 
 
 def main() -> None:
