@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from gpuctl.config import load_cluster
 from gpuctl.errors import EnvironmentProblem, UsageError
-from gpuctl.provision.runner import _known_hosts, ansible_limit, state_dir_for
+from gpuctl.provision.runner import ansible_limit, known_hosts_file, state_dir_for
 from gpuctl.provision.runs import new_run_id
 from gpuctl.render import render_cluster
 
@@ -216,7 +216,7 @@ def prepare(
 ) -> AcceptanceRun:
     """Render the cluster into a new run directory and build the pytest command."""
     cluster = load_cluster(cluster_path)
-    known_hosts = _known_hosts(cluster_path, cluster.ssh.known_hosts)
+    known_hosts = known_hosts_file(cluster_path, cluster.ssh.known_hosts)
     dirs: list[Path] = []
     for d in test_dirs:
         if not d.is_dir():

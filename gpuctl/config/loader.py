@@ -201,7 +201,21 @@ def load_cluster(path: Path | str) -> Cluster:
         raise ConfigError([Problem("is a directory, not a cluster.yml", file=source)]) from None
     except OSError as exc:
         raise ConfigError([Problem(f"cannot read: {exc.strerror}", file=source)]) from None
-    return load_cluster_bytes(raw, source)
+    return _resolve_ssh_paths(load_cluster_bytes(raw, source), path.resolve().parent)
+
+
+def _resolve_ssh_paths(cluster: Cluster, base: Path) -> Cluster:
+    """Relative ssh.private_key / ssh.known_hosts are relative to the folder of cluster.yml,
+    wherever gpuctl or Ansible runs from (``~`` is left for ssh to expand)."""
+    ssh = cluster.ssh
+    update: dict[str, str] = {}
+    for name in ("private_key", "known_hosts"):
+        value = getattr(ssh, name)
+        if value and not value.startswith(("/", "~")):
+            update[name] = str(base / value)
+    if not update:
+        return cluster
+    return cluster.model_copy(update={"ssh": ssh.model_copy(update=update)})
 
 
 def load_cluster_bytes(raw: bytes, source: str = "<input>") -> Cluster:

@@ -131,7 +131,8 @@ def _lock(state_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _known_hosts(cluster_path: Path, configured: str) -> Path:
+def known_hosts_file(cluster_path: Path, configured: str) -> Path:
+    """The cluster's known_hosts (relative to cluster.yml's folder); missing or empty: an error."""
     path = Path(os.path.expanduser(configured))
     if not path.is_absolute():
         path = cluster_path.resolve().parent / path
@@ -234,7 +235,7 @@ def provision(
 ) -> ProvisionResult:
     """Render cluster.yml into a new run directory and run ``playbook`` on it."""
     cluster = load_cluster(cluster_path)
-    known_hosts = _known_hosts(cluster_path, cluster.ssh.known_hosts)
+    known_hosts = known_hosts_file(cluster_path, cluster.ssh.known_hosts)
     binary = _ansible_playbook()
     if binary is None:
         raise EnvironmentProblem("ansible-playbook is not installed (it comes with ansible-core)")

@@ -253,3 +253,17 @@ def test_ipoib_network_too_small_is_an_error_not_a_clash() -> None:
     doc["fabrics"][0]["ipoib"] = {"network": "10.10.0.0/30"}  # 2 usable addresses, 4 hosts
     with pytest.raises(RenderError, match=r"IPoIB network 10\.10\.0\.0/30 has no room for 4"):
         render_files(load_cluster_text(yaml.safe_dump(doc), "c.yml"))
+
+
+def test_relative_ssh_paths_are_relative_to_cluster_yml(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "inventories" / "lab.yml").read_text()
+    (tmp_path / "site").mkdir()
+    path = tmp_path / "site" / "cluster.yml"
+    path.write_text(text)  # private_key: .gpuctl/lab/id_ed25519, known_hosts: .gpuctl/lab/...
+    cluster = load_cluster(path)
+    assert cluster.ssh.private_key == str(tmp_path / "site" / ".gpuctl/lab/id_ed25519")
+    assert cluster.ssh.known_hosts == str(tmp_path / "site" / ".gpuctl/lab/known_hosts")
+    inventory = render_files(cluster)["inventory.yml"]
+    assert f"ansible_ssh_private_key_file: {tmp_path}/site/.gpuctl/lab/id_ed25519" in inventory
+    home = load_cluster(Path(__file__).parents[2] / "inventories" / "hgx-h100-ndr.yml")
+    assert home.ssh.private_key == "~/.ssh/id_ed25519"  # ssh expands ~ itself
