@@ -204,9 +204,45 @@ def prepare_root(name: str, hosts: list[tuple[str, str]], pubkey: str) -> Path:
     keys.write_text(pubkey, encoding="utf-8")
     os.chmod(keys, 0o600)
     (root / "var" / "log" / "journal").mkdir(parents=True, exist_ok=True)  # persistent journal
+    _install_kernel_boot_log(root)
     if not (root / "etc" / "ssh" / "ssh_host_ed25519_key").exists():
         run(["chroot", str(root), "ssh-keygen", "-A"])
     return root
+
+
+# A container has no kernel log of its own. At every boot this unit puts the first lines a
+# booting kernel logs into the node's journal under the kernel's identifier, so that
+# `journalctl -t kernel -b` on a healthy node shows this boot's kernel log, as on a real node
+# (an empty answer means a journal that does not see the kernel; gpuctl validate fails it).
+KERNEL_BOOT_UNIT = "gpuctl-lab-kernel-boot.service"
+_KERNEL_BOOT_LINES = (
+    "Linux version 6.1.0-31-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) "
+    "12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.128-1",
+    "Command line: BOOT_IMAGE=/boot/vmlinuz-6.1.0-31-amd64 root=/dev/sda1 ro quiet",
+)
+
+
+def _install_kernel_boot_log(root: Path) -> None:
+    units = root / "etc" / "systemd" / "system"
+    lines = "".join(
+        f'ExecStart=-/usr/bin/logger -t kernel -- "{line}"\n' for line in _KERNEL_BOOT_LINES
+    )
+    (units / "multi-user.target.wants").mkdir(parents=True, exist_ok=True)
+    (units / KERNEL_BOOT_UNIT).write_text(
+        "[Unit]\n"
+        "Description=gpuctl lab: the kernel's boot lines in the journal (no kernel log in a "
+        "container)\n"
+        "After=systemd-journald.service\n\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        f"{lines}\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n",
+        encoding="utf-8",
+    )
+    link = units / "multi-user.target.wants" / KERNEL_BOOT_UNIT
+    if not link.is_symlink():
+        link.symlink_to(f"../{KERNEL_BOOT_UNIT}")
 
 
 def host_key(name: str) -> str:

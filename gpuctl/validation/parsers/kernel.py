@@ -51,11 +51,14 @@ _CTIME = re.compile(
     r"\[(?P<ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\] ?"
 )
 _ISO = re.compile(r"(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[,.]\d+(?:[+-]\d{2}:?\d{2}|Z)?) ")
+# The journal's "kernel" tag; a line a process logged under that identifier (containers, the
+# gpuctl lab) prints it with the process id: "kernel[4711]: "
 _JOURNAL = re.compile(
     r"(?P<ts>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?"
-    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) \S+ kernel: "
+    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[+-]\d{2}:?\d{2}|Z)?)"
+    r" \S+ kernel(?:\[\d+\])?: "
 )
-_KERNEL_TAG = re.compile(r"kernel: ")
+_KERNEL_TAG = re.compile(r"kernel(?:\[\d+\])?: ")
 
 _BANNERS = (
     "dmesg: read kernel buffer failed",
