@@ -138,8 +138,12 @@ class Sim:
         tool, args = argv[0], argv[1:]
         if tool == "journalctl":
             stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S+0000")
-            lines = [*BOOT_LINES, *sim_kernel.kernel_log_lines(PROFILE, faults, node)]
-            return done("".join(f"{stamp} {node} kernel: {line}\n" for line in lines))
+            # boot lines as a kernel logs them; fault lines as the lab logs them (a process
+            # under the kernel's identifier: "kernel[PID]:")
+            text = "".join(f"{stamp} {node} kernel: {line}\n" for line in BOOT_LINES)
+            for line in sim_kernel.kernel_log_lines(PROFILE, faults, node):
+                text += f"{stamp} {node} kernel[4711]: {line}\n"
+            return done(text)
         if tool == "systemctl":
             text, rc = sim_fabric.systemctl_status(PROFILE, faults, node)
             return done(text, rc)

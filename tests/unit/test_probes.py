@@ -12,7 +12,7 @@ from gpuctl.config import load_cluster
 from gpuctl.validation.collect import with_level
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.judges import ProbeOutput
-from gpuctl.validation.parsing import registry
+from gpuctl.validation.parsing import parse, registry
 from gpuctl.validation.probes import (
     LEVEL_BUDGET_S,
     LEVELS,
@@ -119,3 +119,22 @@ def test_probe_timeouts_are_set() -> None:
     assert all(0 < p.timeout_s <= 3600 for p in PROBES)
     with pytest.raises(ValueError, match="unknown level"):
         probes_for(NodeExpectation("n", "g"), "fast")
+
+
+def test_the_xid_probe_output_of_a_quiet_node_is_a_kernel_log() -> None:
+    """`journalctl -t kernel -b -o short-iso`: the boot's kernel lines (also as a process logs
+    them under the kernel's identifier, `kernel[PID]:`, as lab nodes do) make a clean kernel
+    log; an empty journal does not."""
+    boot = (
+        "2026-12-01T03:20:00+0000 gpu001 kernel: Linux version 6.1.0-31-amd64\n"
+        "2026-12-01T03:20:00+0000 gpu001 kernel[311]: Command line: ro quiet\n"
+    )
+    quiet = parse("xid", boot)
+    assert (quiet.recognised, quiet.data["events"], quiet.problems) == (True, [], ())
+    xid = parse(
+        "xid",
+        boot + "2026-12-01T03:25:00+0000 gpu001 kernel[4711]: NVRM: Xid (PCI:0000:5d:00): 79, "
+        "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n",
+    )
+    assert xid.data["events"][0]["timestamp"] == "2026-12-01T03:25:00+0000"
+    assert not parse("xid", "-- No entries --\n").recognised
