@@ -62,6 +62,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 DEFAULT_PARALLEL = 64
+RETEST_PASSES = 2  # rounds of retests of ib_write_bw suspects
 # Light probes of one node run at once on this many SSH channels of its connection (sshd's
 # MaxSessions is 10 by default).
 CHANNELS_PER_NODE = 3
@@ -462,6 +463,12 @@ def _tail(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")[-STDERR_TAIL:]
 
 
+def _said(stderr: bytes, limit: int = 200) -> str:
+    """What a tool said on stderr, on one line."""
+    lines = [ln.strip() for ln in _tail(stderr).splitlines() if ln.strip()]
+    return "; ".join(lines)[-limit:]
+
+
 def probe_meta(result: ExecResult, argv: Sequence[str], timeout_s: float) -> dict[str, Any]:
     """What meta.json says about one probe (suite.py reads rc, timed_out and error)."""
     error = result.error
@@ -471,6 +478,12 @@ def probe_meta(result: ExecResult, argv: Sequence[str], timeout_s: float) -> dic
         error = f"{argv[0]}: command not found (exit 127)"
     elif error is None and result.rc == _CANNOT_RUN_RC:
         error = f"{argv[0]}: cannot be run (exit 126)"
+    elif error is None and result.rc not in (0, None) and not result.stdout.strip():
+        # nothing to judge: say why, from what the tool said on stderr
+        said = _said(result.stderr)
+        error = f"{argv[0]} exited with {result.rc} and printed nothing" + (
+            f": {said}" if said else ""
+        )
     return {
         "rc": result.rc,
         "timed_out": result.timed_out,
@@ -711,14 +724,15 @@ class Collector:
         server: str,
         client: str,
         retest: bool,
+        record_server: bool = True,
     ) -> PairRun:
         srv, cli = states[server], states[client]
         try:
             with self._borrow(srv) as s_session, self._borrow(cli) as c_session:
-                ok = self._pair_hcas(srv, cli, s_session, c_session, fabric, retest)
+                ok = self._pair_hcas(srv, cli, s_session, c_session, fabric, retest, record_server)
         except Unreachable as exc:
             for st, other in ((srv, cli), (cli, srv)):
-                if st is srv and retest:
+                if st is srv and not record_server:
                     continue
                 for hca in self._hcas(st.target.node, fabric):
                     st.record(
@@ -741,6 +755,7 @@ class Collector:
         c_session: Session,
         fabric: str,
         retest: bool,
+        record_server: bool,
     ) -> bool:
         server, client = srv.target.node, cli.target.node
         server_hcas = self._hcas(server, fabric)
@@ -757,7 +772,7 @@ class Collector:
             if not running.wait_for(SERVER_READY, IB_WRITE_BW_SERVER_START_S):
                 s_res = running.finish(KILL_AFTER_S + GRACE_S)
                 why = s_res.error or (
-                    f"exit {s_res.rc}: {_tail(s_res.stderr).strip()[-300:]}"
+                    f"exit {s_res.rc}: {_said(s_res.stderr)}"
                     if s_res.rc is not None
                     else f"no '{SERVER_READY}' within {IB_WRITE_BW_SERVER_START_S} s"
                 )
@@ -771,9 +786,9 @@ class Collector:
             if s_res.rc == _TIMEOUT_RC and s_res.error is None:
                 s_res = ExecResult(s_res.stdout, s_res.stderr, s_res.rc, timed_out=True)
             # the server prints the same result table: each side's output goes to its own node,
-            # except in a retest, where the server is a node that passed already and only the
-            # node under suspicion (the client) gets the new result
-            if not retest:
+            # except in a retest against a node that passed already, where only the node under
+            # suspicion (the client) gets the new result
+            if record_server:
                 srv.record(perftest_kind(peer_hca), s_res, s_argv, t, **extra_s)
             cli.record(perftest_kind(hca), c_res, c_argv, t, **extra_c)
             ok = ok and self._passes(client, hca, c_res) and self._passes(server, peer_hca, s_res)
@@ -815,35 +830,61 @@ class Collector:
         # each pair holds two connections: without kept sessions, half as many pairs at once
         workers = self.parallel if self._keep_open else max(1, self.parallel // 2)
         for fabric, members in sorted(by_fabric.items()):
-            rounds = pairing.schedule(members, self.pair_rounds)
+            runs += self._fabric_pairs(states, fabric, members, workers, report)
+        return runs
 
-            def play(rnd: pairing.Round, retest: bool, fabric: str = fabric) -> list[PairRun]:
-                got = self._parallel(lambda p: self._pair(states, fabric, *p, retest), rnd, workers)
-                for run in got:
-                    report(run)
-                return got
+    def _fabric_pairs(
+        self,
+        states: Mapping[str, _NodeState],
+        fabric: str,
+        members: list[str],
+        workers: int,
+        report: Callable[[PairRun], None],
+    ) -> list[PairRun]:
+        rounds = pairing.schedule(members, self.pair_rounds)
+        status: dict[str, bool] = {}  # node -> whether its last recorded pair passed
+        tested: set[frozenset[str]] = set()
+        runs: list[PairRun] = []
 
-            first = [run for rnd in rounds for run in play(rnd, False)]
-            # a failed pair does not say which node is at fault: each of its nodes is tested
-            # again against a node of a pair that passed
-            suspects = [n for r in first if not r.passed for n in (r.server, r.client)]
-            good = [n for r in first if r.passed for n in (r.server, r.client)]
-            again = [run for rnd in pairing.retest(suspects, good) for run in play(rnd, True)]
-            runs += first + again
-            tested = pairing.covered(rounds)
-            for node in members:
-                if node in tested:
-                    continue
-                for hca in self._hcas(node, fabric):
-                    states[node].record(
-                        perftest_kind(hca),
-                        ExecResult(
-                            error=f"not measured: no other reachable node on fabric {fabric} "
-                            "to run ib_write_bw with"
-                        ),
-                        ("ib_write_bw",),
-                        IB_WRITE_BW_TIMEOUT_S,
-                    )
+        def play(rnd: pairing.Round, retest: bool, both: bool) -> list[PairRun]:
+            got = self._parallel(
+                lambda p: self._pair(states, fabric, p[0], p[1], retest, both), rnd, workers
+            )
+            for run in got:
+                report(run)
+                tested.add(frozenset((run.server, run.client)))
+                status[run.client] = run.passed
+                if both:
+                    status[run.server] = run.passed
+            return got
+
+        for rnd in rounds:
+            runs += play(rnd, False, True)
+        # a failed pair does not say which node is at fault: each node whose last pair failed
+        # is tested again with a node that passed (or, while none has, with another suspect it
+        # has not met: a pair of those that passes clears both)
+        for _ in range(RETEST_PASSES):
+            suspects = [n for n in members if status.get(n) is False]
+            good = [n for n in members if status.get(n) is True]
+            again = pairing.retest(suspects, good, tested)
+            for rnd in again:
+                runs += play(rnd, True, not good)
+            if not again:
+                break
+        covered = pairing.covered(rounds)
+        for node in members:
+            if node in covered:
+                continue
+            for hca in self._hcas(node, fabric):
+                states[node].record(
+                    perftest_kind(hca),
+                    ExecResult(
+                        error=f"not measured: no other reachable node on fabric {fabric} "
+                        "to run ib_write_bw with"
+                    ),
+                    ("ib_write_bw",),
+                    IB_WRITE_BW_TIMEOUT_S,
+                )
         return runs
 
     # -- the whole run ---------------------------------------------------------------------

@@ -12,7 +12,7 @@ second, pointing at the server's address.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 
 Pair = tuple[str, str]
 Round = list[Pair]
@@ -64,23 +64,53 @@ def schedule(nodes: Sequence[str], rounds: int | None = None) -> list[Round]:
     return full[: min(want, len(full))]
 
 
-def retest(suspects: Sequence[str], good: Sequence[str]) -> list[Round]:
-    """Rounds that pair each suspect (a node of a failed pair) with a node that passed.
+def retest(
+    suspects: Sequence[str], good: Sequence[str], tested: Set[frozenset[str]] = frozenset()
+) -> list[Round]:
+    """Rounds that test each suspect (a node whose last pair failed) again, with a partner it
+    has not been tested with (``tested``: the pairs run so far).
 
-    A failed pair does not say which of its two nodes is at fault; testing each of them again
-    against a node known to be good does. Each suspect is the client of one pair; good nodes
-    are reused round after round when there are fewer of them than suspects. No node appears
-    twice in a round. No good node: nothing to retest against (empty list).
+    A failed pair does not say which of its two nodes is at fault; testing each again with a
+    node known to be good does. Each suspect is the client of at most one pair, against a good
+    node (rounds are added while fresh good partners are busy). With no good node yet, suspects
+    that have not met are paired with each other, one round: those that pass are good nodes
+    for the next call. No node appears twice in a round; no pair in ``tested`` is repeated.
     """
-    suspects = [s for s in dict.fromkeys(suspects) if s not in set(good)]
-    good = list(dict.fromkeys(good))
-    if not good or not suspects:
+    good_set = set(good)
+    pending = [s for s in dict.fromkeys(suspects) if s not in good_set]
+    partners = list(dict.fromkeys(good))
+    if not pending:
         return []
-    width = len(good)
-    return [
-        [(good[i], suspect) for i, suspect in enumerate(suspects[start : start + width])]
-        for start in range(0, len(suspects), width)
-    ]
+    if not partners:
+        rnd: Round = []
+        used: set[str] = set()
+        for i, a in enumerate(pending):
+            if a in used:
+                continue
+            for b in pending[i + 1 :]:
+                if b not in used and frozenset((a, b)) not in tested:
+                    rnd.append((a, b))
+                    used.update((a, b))
+                    break
+        return [rnd] if rnd else []
+    rounds: list[Round] = []
+    while pending:
+        rnd = []
+        busy: set[str] = set()
+        later: list[str] = []
+        for suspect in pending:
+            fresh = [g for g in partners if frozenset((g, suspect)) not in tested]
+            free = [g for g in fresh if g not in busy]
+            if free:
+                rnd.append((free[0], suspect))
+                busy.add(free[0])
+            elif fresh:
+                later.append(suspect)  # its fresh partners serve others this round
+        if not rnd:
+            break
+        rounds.append(rnd)
+        pending = later
+    return rounds
 
 
 def covered(rounds: Sequence[Round]) -> set[str]:

@@ -271,6 +271,20 @@ def test_a_failed_pair_is_retested_against_a_good_node(cluster_yml: Path, tmp_pa
     assert verdicts(res.report, "gpu004", "ib.write_bw")[0] is Verdict.FAIL
 
 
+def test_three_nodes_one_bad_hca_only_the_bad_node_fails(cluster_yml: Path) -> None:
+    """Every first-round pair involves the bad node; the two others never met: they are
+    retested with each other, pass, and only the bad node keeps the failure."""
+    conn = FakeConnector(Sim({"gpu003": fault("ib_port_down", "mlx5_2")}))
+    res = validate(cluster_yml, level="standard", out=cluster_yml.parent / "b", connector=conn)
+    assert res.failed_nodes == ["gpu003"]
+    retests = [(p.server, p.client) for p in res.pairs if p.retest]
+    assert retests in ([("gpu001", "gpu002")], [("gpu002", "gpu001")])
+    bw = [c for c in next(n for n in res.report.nodes if n.node == "gpu003").checks
+          if c.check == "ib.write_bw" and c.subject == "mlx5_2"]  # fmt: skip
+    assert bw[0].verdict is Verdict.UNKNOWN
+    assert "Port number 1 state is Down" in bw[0].message
+
+
 def test_unreachable_node_is_a_failed_node_with_its_reason(cluster_yml: Path) -> None:
     conn = FakeConnector(Sim(), unreachable={"gpu003": "ssh: connection to 198.18.0.13:22 refused"})
     res = validate(cluster_yml, level="quick", out=cluster_yml.parent / "b", connector=conn)
@@ -408,6 +422,9 @@ def test_exit_codes_and_errors_are_kept(cluster_yml: Path, tmp_path: Path) -> No
     probes = json.loads((tmp_path / "b" / "gpu001" / "meta.json").read_text())["probes"]
     assert probes["smi-xml"]["rc"] == 6
     assert probes["smi-xml"]["stderr"] == "No devices were found\n"
+    assert probes["smi-xml"]["error"] == (
+        "nvidia-smi exited with 6 and printed nothing: No devices were found"
+    )
     assert probes["ibstat"]["error"] == "ibstat: command not found (exit 127)"
     assert probes["topo"]["error"] == "ssh: connection lost"
     assert not (tmp_path / "b" / "gpu001" / "topo.txt").exists()

@@ -76,14 +76,40 @@ def test_two_and_three_nodes() -> None:
     assert covered(rounds) == {"a", "b", "c"}
 
 
-@given(names, names)
-def test_retest_pairs_each_suspect_with_a_good_node(suspects: list[str], good: list[str]) -> None:
-    rounds = retest(suspects, good)
+pairs_of = st.sets(
+    st.tuples(st.sampled_from("abcdefgh"), st.sampled_from("abcdefgh"))
+    .filter(lambda p: p[0] != p[1])
+    .map(frozenset),
+    max_size=20,
+)
+
+
+@given(names, names, pairs_of)
+def test_retest_pairs_each_suspect_with_a_fresh_good_node(
+    suspects: list[str], good: list[str], tested: set[frozenset[str]]
+) -> None:
+    rounds = retest(suspects, good, tested)
     _no_node_twice(rounds)
-    wanted = [s for s in suspects if s not in good]
-    if not good:
-        assert rounds == []
-        return
-    clients = [c for rnd in rounds for _, c in rnd]
-    assert sorted(clients) == sorted(wanted)  # every suspect once, as the client
-    assert all(s in good for rnd in rounds for s, _ in rnd)
+    assert all(frozenset(p) not in tested for rnd in rounds for p in rnd)
+    wanted = [s for s in dict.fromkeys(suspects) if s not in good]
+    if good:
+        clients = [c for rnd in rounds for _, c in rnd]
+        assert len(clients) == len(set(clients))  # each suspect at most once
+        assert all(s in good for rnd in rounds for s, _ in rnd)
+        # every suspect that has a good node it has not been tested with gets a retest
+        for s in wanted:
+            if any(frozenset((g, s)) not in tested for g in good if g != s):
+                assert s in clients, (s, rounds)
+    else:
+        # nobody passed yet: suspects meet each other, once, in one round
+        assert len(rounds) <= 1
+        assert all(a in wanted and b in wanted for rnd in rounds for a, b in rnd)
+
+
+def test_retest_without_a_good_node_pairs_suspects_that_have_not_met() -> None:
+    # three nodes, c is bad: rounds (b, c) and (a, c) failed; a and b never met
+    tested = {frozenset("bc"), frozenset("ac")}
+    assert retest(["a", "b", "c"], [], tested) == [[("a", "b")]]
+    # a and b passed: c is tested against one of them (not again with one it met)
+    assert retest(["c"], ["a", "b"], tested | {frozenset("ab")}) == []
+    assert retest(["c"], ["a", "b", "d"], tested) == [[("d", "c")]]
