@@ -6,7 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuctl.config import load_cluster
 from gpuctl.lab import lab
@@ -57,3 +59,42 @@ def ansible(
         timeout=timeout,
         check=False,
     )
+
+
+# --- the shared provisioned lab (tests/lab/conftest.py) ---------------------------------
+
+GPUCTL = str(Path(sys.executable).parent / "gpuctl")
+COMPUTE = ("gpu001", "gpu002", "gpu003")
+NODES = ("ctl01", *COMPUTE)
+_SHARED_ORDER = (
+    "test_lab_provision",
+    "test_lab_acceptance",
+    "test_lab_validate",
+    "test_lab_faults",
+)
+
+
+@dataclass(frozen=True)
+class ProvisionedLab:
+    cluster: Path  # a copy of the lab's cluster.yml; runs go to .gpuctl beside it
+    check: dict[str, Any]  # run record of `gpuctl provision --check` on the fresh lab
+    first: dict[str, Any]  # run record of the first `gpuctl provision`
+    installed_after_check: dict[str, list[str]]  # node -> packages installed after --check
+
+
+def gpuctl(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [GPUCTL, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def installed_packages(node: str) -> list[str]:
+    res = subprocess.run(
+        lab.ssh_argv(
+            lab.address_of(node), ["dpkg", "-l", "munge", "slurmd", "slurmctld", "nvidia-open"]
+        ),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ii")]

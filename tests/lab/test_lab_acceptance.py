@@ -1,6 +1,6 @@
-"""`gpuctl acceptance` on a provisioned lab (2 compute nodes): the suite passes on every host with
-a JUnit report listing tests per host; one thing broken on one node fails exactly that test on
-exactly that node; the documented plain pytest command works.
+"""`gpuctl acceptance` on the shared provisioned lab (tests/lab/conftest.py): the suite passes
+on every host with a JUnit report listing tests per host; one thing broken on one node fails
+exactly that test on exactly that node; the documented plain pytest command works.
 
 Real SSH with host keys checked (testinfra's Ansible backend over the rendered inventory), real
 systemd, apt, munge and Slurm in the lab's nodes; the NVIDIA and InfiniBand packages are the
@@ -13,38 +13,28 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
-from lab_helpers import render_lab, sh
+from lab_helpers import COMPUTE, NODES, ProvisionedLab, render_lab, sh
 
 from gpuctl.acceptance.runner import host_of
 from gpuctl.lab import lab
-from gpuctl.provision import provision
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 GPUCTL = str(Path(sys.executable).parent / "gpuctl")
-HOSTS = ["ctl01", "gpu001", "gpu002"]
+HOSTS = list(NODES)
 USER_TEST = """
 def test_hostname_is_the_inventory_name(node):
     assert node.check_output("hostname").strip() == node.name
 """
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    lab.down()
-    lab.up(compute_nodes=2)
-    state = tmp_path_factory.mktemp("acceptance-lab")
-    path = state / "cluster.yml"
-    path.write_text((lab.lab_dir() / "cluster.yml").read_text(encoding="utf-8"))
-    result = provision(path, state_dir=state / "provision")
-    assert result.success, result.record.to_json()
-    yield path
-    lab.down()
+@pytest.fixture
+def cluster(provisioned_lab: ProvisionedLab) -> Path:
+    return provisioned_lab.cluster
 
 
 def _acceptance(cluster: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -92,7 +82,7 @@ def test_acceptance_passes_on_a_provisioned_lab(cluster: Path, tmp_path: Path) -
     per_host = {h: Counter(v for (_, host), v in outcomes.items() if host == h) for h in HOSTS}
     for host in HOSTS:
         assert per_host[host]["passed"] >= 8, (host, per_host[host])
-    for host in ("gpu001", "gpu002"):
+    for host in COMPUTE:
         for test in (
             "test_driver_packages_pinned_and_held",
             "test_driver_loaded_at_pinned_version",

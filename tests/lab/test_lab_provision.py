@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab_helpers import sh
+from lab_helpers import COMPUTE, NODES, ProvisionedLab, gpuctl, sh
 
 from gpuctl.lab import lab
 from gpuctl.provision import ProgressEvent, provision, read_log
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-GPUCTL = str(Path(sys.executable).parent / "gpuctl")
 HELD = {
     "nvidia-open",
     "nvidia-driver",
@@ -37,21 +34,9 @@ HELD = {
 }
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    lab.down()
-    lab.up(compute_nodes=2)
-    state = tmp_path_factory.mktemp("provision-state")
-    path = state / "cluster.yml"  # runs go to .gpuctl beside it
-    path.write_text((lab.lab_dir() / "cluster.yml").read_text(encoding="utf-8"))
-    yield path
-    lab.down()
-
-
-def _cli(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [GPUCTL, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+@pytest.fixture
+def cluster(provisioned_lab: ProvisionedLab) -> Path:
+    return provisioned_lab.cluster
 
 
 def _ctl(command: str) -> str:
@@ -60,36 +45,28 @@ def _ctl(command: str) -> str:
     return str(res.stdout)
 
 
-def test_check_on_a_fresh_lab_reports_changes_and_makes_none(cluster: Path) -> None:
-    res = _cli("provision", str(cluster), "--check", "--json")
-    assert res.returncode == 0, res.stderr[-3000:]
-    record = json.loads(res.stdout)
+def test_check_on_a_fresh_lab_reports_changes_and_makes_none(
+    provisioned_lab: ProvisionedLab,
+) -> None:
+    record = provisioned_lab.check  # `gpuctl provision --check --json` before anything else
     assert record["check"] is True
-    assert set(record["hosts"]) == {"ctl01", "gpu001", "gpu002"}
-    assert all(h["changed"] > 0 for h in record["hosts"].values()), record["hosts"]
-    for node in ("ctl01", "gpu001"):
-        out = sh(lab.address_of(node), "dpkg -l munge slurmd slurmctld nvidia-open 2>/dev/null")
-        assert [ln for ln in out.stdout.splitlines() if ln.startswith("ii")] == [], node
-
-
-def test_provision_installs_a_cluster_that_runs_jobs(cluster: Path) -> None:
-    res = _cli("provision", str(cluster), "--json")
-    assert res.returncode == 0, res.stderr[-5000:]
-    record = json.loads(res.stdout)
     assert record["status"] == "successful"
-    assert {h: s["failed"] + s["unreachable"] for h, s in record["hosts"].items()} == {
-        "ctl01": 0,
-        "gpu001": 0,
-        "gpu002": 0,
-    }
+    assert set(record["hosts"]) == set(NODES)
+    assert all(h["changed"] > 0 for h in record["hosts"].values()), record["hosts"]
+    assert provisioned_lab.installed_after_check == {n: [] for n in NODES}
+
+
+def test_provision_installs_a_cluster_that_runs_jobs(provisioned_lab: ProvisionedLab) -> None:
+    record = provisioned_lab.first  # the first `gpuctl provision --json`
+    assert record["status"] == "successful"
+    assert {h: s["failed"] + s["unreachable"] for h, s in record["hosts"].items()} == dict.fromkeys(
+        NODES, 0
+    )
     nodes = _ctl('sinfo -h -N -o "%N %T %G"')
-    assert sorted(nodes.split("\n")[:2]) == [
-        "gpu001 idle gpu:h100:8",
-        "gpu002 idle gpu:h100:8",
-    ], nodes
-    hostnames = _ctl("srun -N2 -t 1 hostname")
-    assert sorted(hostnames.split()) == ["gpu001", "gpu002"]
-    for node in ("gpu001", "gpu002"):
+    assert sorted(nodes.splitlines()) == [f"{n} idle gpu:h100:8" for n in COMPUTE], nodes
+    hostnames = _ctl(f"srun -N{len(COMPUTE)} -t 1 hostname")
+    assert sorted(hostnames.split()) == list(COMPUTE)
+    for node in COMPUTE:
         held = sh(lab.address_of(node), "apt-mark showhold").stdout.split()
         assert set(held) >= HELD, (node, sorted(HELD - set(held)))
         versions = sh(
@@ -104,7 +81,7 @@ def test_second_provision_changes_nothing(cluster: Path) -> None:
     result = provision(cluster)
     assert result.record.status == "successful", result.record.message
     changed = {h: o.changed for h, o in result.record.hosts.items()}
-    assert changed == {"ctl01": 0, "gpu001": 0, "gpu002": 0}
+    assert changed == dict.fromkeys(NODES, 0)
 
 
 def test_munge_key_is_nowhere_in_the_run_directories(cluster: Path) -> None:
@@ -137,14 +114,14 @@ def test_a_node_lost_mid_run_is_unreachable_and_resume_completes_it(cluster: Pat
     result = provision(cluster, on_event=on_event)
     assert lost.is_set()
     states = {h: o.state for h, o in result.record.hosts.items()}
-    assert states == {"ctl01": "ok", "gpu001": "ok", "gpu002": "unreachable"}, states
+    assert states == {**dict.fromkeys(NODES, "ok"), "gpu002": "unreachable"}, states
     assert result.record.status == "failed"
     log = read_log(result.run_dir)
     assert any(r.host == "gpu002" and r.status == "unreachable" for r in log.results)
 
     lab.start_node("gpu002")
     lab.wait_running("gpu002", lab.address_of("gpu002"))
-    res = _cli("provision", str(cluster), "--resume", "--json")
+    res = gpuctl("provision", str(cluster), "--resume", "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     record = json.loads(res.stdout)
     assert record["resumed_from"] == result.record.run_id

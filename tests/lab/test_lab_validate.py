@@ -2,8 +2,8 @@
 
 Real SSH (paramiko, host keys checked against the lab's known_hosts), real systemd, journald
 and Slurm in the nodes; the GPU and InfiniBand tools are the lab's stand-ins (simulated
-hardware). The lab comes up with two compute nodes, is provisioned once for the module, and
-goes down at its end.
+hardware). The lab is the shared provisioned lab of tests/lab/conftest.py (three compute
+nodes, provisioned once for every test that needs it).
 """
 
 from __future__ import annotations
@@ -12,34 +12,24 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_helpers import sh
+from lab_helpers import COMPUTE, NODES, ProvisionedLab, sh
 
 from gpuctl.lab import lab
-from gpuctl.provision import provision
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 GPUCTL = str(Path(sys.executable).parent / "gpuctl")
-GPUS = ("gpu001", "gpu002")
+GPUS = COMPUTE
 LOST_GPU_PCI = "0000:5d:00"  # GPU 3 of the hgx-h100-ndr profile
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    lab.down()
-    lab.up(compute_nodes=2)
-    state = tmp_path_factory.mktemp("validate-state")
-    path = state / "cluster.yml"
-    path.write_text((lab.lab_dir() / "cluster.yml").read_text(encoding="utf-8"))
-    result = provision(path)
-    assert result.success, result.record.message
-    yield path
-    lab.down()
+@pytest.fixture
+def cluster(provisioned_lab: ProvisionedLab) -> Path:
+    return provisioned_lab.cluster
 
 
 def _validate(cluster: Path, tmp: Path, *args: str) -> tuple[int, dict[str, Any], str]:
@@ -85,7 +75,7 @@ def _drain_reasons() -> dict[str, str]:
 def test_quick_passes_with_zero_failed_checks(cluster: Path, tmp_path: Path) -> None:
     code, report, err = _validate(cluster, tmp_path, "--level", "quick")
     assert code == 0, (_bad(report), err[-2000:])
-    assert _bad(report) == {"ctl01": [], "gpu001": [], "gpu002": []}
+    assert _bad(report) == {n: [] for n in NODES}
     assert report["level"] == "quick"
     for node in GPUS:
         assert [c["verdict"] for c in _checks(report, node, "gpu.count")] == ["ok"]
@@ -98,7 +88,7 @@ def test_quick_passes_with_zero_failed_checks(cluster: Path, tmp_path: Path) -> 
 def test_standard_passes_with_nccl_dcgm_and_ib_write_bw(cluster: Path, tmp_path: Path) -> None:
     code, report, err = _validate(cluster, tmp_path, "--level", "standard")
     assert code == 0, (_bad(report), err[-2000:])
-    assert _bad(report) == {"ctl01": [], "gpu001": [], "gpu002": []}
+    assert _bad(report) == {n: [] for n in NODES}
     for node in GPUS:
         assert [c["verdict"] for c in _checks(report, node, "nccl.busbw")] == ["ok"]
         bw = _checks(report, node, "ib.write_bw")
@@ -175,4 +165,5 @@ def test_a_powered_off_node_is_a_failed_node_unreachable(cluster: Path, tmp_path
         assert reach[0]["message"].startswith("not checked: ssh: ")
         assert "unreachable: gpu002" in err
     finally:
-        lab.up(compute_nodes=2)  # powers it on again
+        lab.start_node("gpu002")  # power it on again
+        lab.wait_running("gpu002", lab.address_of("gpu002"))

@@ -1,0 +1,144 @@
+"""Every fault the lab can inject, seen by `gpuctl validate` on exactly the faulty node.
+
+The shared provisioned lab of tests/lab/conftest.py has three compute nodes, so a bad
+ib_write_bw pair can be retested against a third node and blamed on the right one. For each
+fault: inject it on gpu002, validate the whole cluster, and assert that gpu002 is the only
+failed node, that the check the fault is about failed there with the right reason, and that
+every other failed check of gpu002 is one the fault explains. Then `--drain-failed` drains
+gpu002 in Slurm with that reason, and after the fault is cleared (and the node rebooted where
+the fault wrote kernel log lines) a passing validation resumes it. The table of faults, checks
+and verdicts is in docs/validate.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from lab_helpers import ProvisionedLab, sh
+
+from gpuctl.lab import lab
+from gpuctl.validation.collect import ValidateResult, validate
+from gpuctl.validation.slurm import drain_failed
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+NODE = "gpu002"
+
+
+@dataclass(frozen=True)
+class Case:
+    fault: str
+    value: str
+    check: str  # the check the fault is about
+    reason: str  # a piece of that check's message
+    level: str = "quick"
+    also: frozenset[str] = frozenset()  # other checks the fault may fail on the node
+    kernel: bool = False  # writes kernel log lines: reboot after clearing
+
+    @property
+    def id(self) -> str:
+        return self.fault
+
+
+NCCL = frozenset({"nccl.busbw", "nccl.errors", "nccl.wrong"})
+CASES = [
+    Case(
+        "gpu_lost",
+        "3",
+        "gpu.count",
+        "7 GPUs visible, expected 8",
+        also=frozenset({"topology.gpus", "topology.nvlink", "xid", "xid.fallen_off_bus"}),
+        kernel=True,
+    ),
+    Case("xid", "79:2", "xid", "79", kernel=True, also=frozenset({"xid.fallen_off_bus"})),
+    Case("ecc", "1", "gpu.remap", "", also=frozenset({"xid", "gpu.ecc"}), kernel=True),
+    Case(
+        "nvlink_degraded",
+        "0-1:2",
+        "topology.nvlink",
+        "GPU0",
+        also=frozenset({"gpu.nvlink", "xid"}),
+        kernel=True,
+    ),
+    Case("pcie_degraded", "2", "gpu.pcie.width", "x8"),
+    Case("ib_port_down", "mlx5_3", "ib.port.state", "mlx5_3", also=frozenset({"ib.port.rate"})),
+    Case("ib_rate", "mlx5_2:200", "ib.port.rate", "200"),
+    Case("fabricmanager_failed", "", "fabricmanager.active", "", also=frozenset({"gpu.fabric"})),
+    Case(
+        "fabricmanager_version",
+        "570.133.20",
+        "fabricmanager.version",
+        "570.133.20",
+        also=frozenset({"fabricmanager.active", "gpu.fabric"}),
+    ),
+    Case("clocks_throttled", "2", "gpu.clocks", "GPU2"),
+    Case("nccl_slow", "0.5", "nccl.busbw", "", level="standard", also=NCCL),
+    Case("nccl_wrong", "3", "nccl.wrong", "", level="standard", also=NCCL),
+    Case(
+        "slow_node",
+        "0.5",
+        "nccl.busbw",
+        "",
+        level="standard",
+        also=NCCL | {"ib.write_bw"},
+    ),
+]
+
+
+@pytest.fixture
+def cluster(provisioned_lab: ProvisionedLab) -> Path:
+    return provisioned_lab.cluster
+
+
+def _failed_checks(result: ValidateResult, node: str) -> dict[str, list[str]]:
+    report = next(n for n in result.report.nodes if n.node == node)
+    out: dict[str, list[str]] = {}
+    for c in report.checks:
+        if c.verdict.value in ("fail", "unknown"):
+            out.setdefault(c.check, []).append(c.message)
+    return out
+
+
+def _drained() -> dict[str, str]:
+    res = sh(lab.address_of("ctl01"), 'sinfo -R -h -N -o "%N|%E"')
+    assert res.returncode == 0, res.stderr
+    return dict(ln.split("|", 1) for ln in res.stdout.splitlines() if "|" in ln)
+
+
+def test_healthy_lab_passes_quick_and_standard(cluster: Path, tmp_path: Path) -> None:
+    for level in ("quick", "standard"):
+        res = validate(cluster, level=level, out=tmp_path / level)
+        bad = {n: _failed_checks(res, n) for n in res.nodes}
+        assert res.failed_nodes == [], bad
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_fault_fails_the_right_check_on_the_right_node(
+    cluster: Path, tmp_path: Path, case: Case
+) -> None:
+    lab.inject_fault(NODE, case.fault, case.value)
+    try:
+        res = validate(cluster, level=case.level, out=tmp_path / "faulty")
+        failed = _failed_checks(res, NODE)
+        assert res.failed_nodes == [NODE], {n: _failed_checks(res, n) for n in res.failed_nodes}
+        assert case.check in failed, failed
+        assert any(case.reason in m for m in failed[case.check]), failed[case.check]
+        assert set(failed) - {case.check} <= case.also, failed
+
+        drained = drain_failed(cluster, res.report)
+        assert not drained.failed, drained.to_json()
+        reason = _drained().get(NODE, "")
+        # Slurm keeps gpuctl's reason: its prefix, then one of the checks that failed here
+        assert reason.startswith("gpuctl: "), reason
+        assert reason.split()[1] in failed, (reason, sorted(failed))
+    finally:
+        lab.clear_faults(NODE)
+        if case.kernel:
+            lab.reboot(NODE)
+    again = validate(cluster, level=case.level, limit=NODE, out=tmp_path / "cleared")
+    assert again.failed_nodes == [], _failed_checks(again, NODE)
+    resumed = drain_failed(cluster, again.report)
+    assert not resumed.failed, resumed.to_json()
+    assert NODE not in _drained()
