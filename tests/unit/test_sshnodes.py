@@ -274,7 +274,10 @@ def test_nodes_answer_over_ssh_with_host_keys_checked_and_leave_nothing() -> Non
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_tears_everything_down(sig: signal.Signals) -> None:
     code = (
-        "import sys, time\n"
+        "import signal, sys, time\n"
+        # a background job inherits SIGINT ignored (CI may run us so); Ctrl-C in a terminal
+        # reaches Python's default handler, which this restores
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
         "import sshnodes\n"
         "with sshnodes.SshNodes(3):\n"
