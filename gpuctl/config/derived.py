@@ -252,3 +252,20 @@ def _fabric_summary(cluster: Cluster, fab: Fabric) -> FabricSummary:
         spines=len(fab.topology.spines) if fab.topology else 0,
         nodes=len(members),
     )
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split a --limit on commas outside brackets: ``gpu[001-004],ng_ctl`` -> two pieces."""
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [p.strip() for p in out if p.strip()]

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from gpuctl.config import load_cluster
+from gpuctl.config.derived import split_top_level
 from gpuctl.errors import EnvironmentProblem, UsageError
 from gpuctl.provision.runs import (
     HostOutcome,
@@ -81,7 +82,7 @@ _NODESET = re.compile(r"^[A-Za-z0-9_.\-]*\[[0-9,\-]+\][A-Za-z0-9_.\-\[\],]*$")
 def ansible_limit(limit: str) -> str:
     """Accept cluster.yml's node set syntax (``gpu[001-004]``) besides Ansible patterns."""
     parts: list[str] = []
-    for piece in _split_top(limit):
+    for piece in split_top_level(limit):
         if _NODESET.match(piece):
             try:
                 parts.extend(NodeSet(piece))
@@ -90,23 +91,6 @@ def ansible_limit(limit: str) -> str:
                 pass
         parts.append(piece)
     return ",".join(parts)
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on commas outside brackets."""
-    out: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return [p.strip() for p in out if p.strip()]
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 from gpuctl import __version__
 from gpuctl.config import load_cluster
 from gpuctl.config.derived import nodes as cluster_nodes
+from gpuctl.config.derived import split_top_level
 from gpuctl.config.model import Cluster, Level
 from gpuctl.errors import EnvironmentProblem, UsageError
 from gpuctl.validation import pairs as pairing
@@ -991,7 +992,7 @@ def select_nodes(cluster: Cluster, limit: str | None) -> list[str]:
     groups = {g.name: g.node_names() for g in cluster.node_groups}
     wanted: set[str] = set()
     unknown: list[str] = []
-    for piece in _split_top(limit):
+    for piece in split_top_level(limit):
         if piece in groups:
             wanted.update(groups[piece])
             continue
@@ -1008,23 +1009,6 @@ def select_nodes(cluster: Cluster, limit: str | None) -> list[str]:
     if not chosen:
         raise UsageError("--limit selects no node")
     return chosen
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on commas outside brackets."""
-    out: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return [p.strip() for p in out if p.strip()]
 
 
 def default_out(cluster_path: Path) -> Path:
