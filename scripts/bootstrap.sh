@@ -7,13 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # --lab: also what the lab needs (debootstrap, systemd-nspawn, iproute2, apt-cacher-ng as the
-#        nodes' apt proxy, dpkg-dev for the lab repository's index tools)
+#        nodes' apt proxy, dpkg-dev for the lab repository's index tools, git for its nccl-tests
+#        mirror)
 # --test: the lab's packages and what the tests' real consumers need (promtool from prometheus,
 #         headless Chromium, openssh-server for benchmarks/sshnodes.py's sshd-only nodes)
 packages=(python3 python3-venv python3-pip openssh-client ca-certificates)
 case "${1:-}" in
-  --lab) packages+=(debootstrap systemd-container iproute2 apt-cacher-ng dpkg-dev) ;;
-  --test) packages+=(debootstrap systemd-container iproute2 apt-cacher-ng dpkg-dev prometheus chromium fonts-dejavu-core openssh-server) ;;
+  --lab) packages+=(debootstrap systemd-container iproute2 apt-cacher-ng dpkg-dev git) ;;
+  --test) packages+=(debootstrap systemd-container iproute2 apt-cacher-ng dpkg-dev git prometheus chromium fonts-dejavu-core openssh-server) ;;
 esac
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
