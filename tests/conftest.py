@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -83,3 +84,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     others = [i for i in items if shared_rank(i) < 0]
     shared = sorted((i for i in items if shared_rank(i) >= 0), key=shared_rank)  # stable
     items[:] = others + shared
+
+
+@pytest.fixture(scope="module")
+def running() -> Iterator[Any]:
+    """A fresh lab with two compute nodes for one lab test module (down before and after)."""
+    from gpuctl.lab import lab
+
+    lab.down()
+    result = lab.up(2)
+    yield result
+    lab.down()
+
+
+@pytest.fixture(scope="module")
+def render_dir(running: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`gpuctl render` of that lab, with its known_hosts beside the inventory."""
+    from lab_helpers import render_lab
+
+    out = tmp_path_factory.mktemp("lab-render")
+    assert running.status.cluster_yml is not None
+    render_lab(running.status.cluster_yml, out)
+    return out

@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab_helpers import ansible, render_lab, sh
+from lab_helpers import ansible, sh
 
 from gpuctl.lab import lab
 from gpuctl.validation.parsing import parse
@@ -54,22 +53,6 @@ PINNED = {
     "datacenter-gpu-manager-4-core": "1:4.4.1-1",
     "datacenter-gpu-manager-4-cuda12": "1:4.4.1-1",
 }
-
-
-@pytest.fixture(scope="module")
-def running() -> Iterator[lab.UpResult]:
-    lab.down()
-    result = lab.up(2)
-    yield result
-    lab.down()
-
-
-@pytest.fixture(scope="module")
-def render_dir(running: lab.UpResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("gpu-stack-render")
-    assert running.status.cluster_yml is not None
-    render_lab(running.status.cluster_yml, out)
-    return out
 
 
 def ssh(running: lab.UpResult, name: str, command: str) -> subprocess.CompletedProcess[str]:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab_helpers import ansible, render_lab, sh
+from lab_helpers import ansible, sh
 
 from gpuctl.lab import lab
 
@@ -27,22 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "playbooks" / "munge.yml"
 NODES = ("ctl01", "gpu001", "gpu002")
 OUTPUTS: list[str] = []  # every ansible-playbook stdout+stderr of this module
-
-
-@pytest.fixture(scope="module")
-def running() -> Iterator[lab.UpResult]:
-    lab.down()
-    result = lab.up(2)
-    yield result
-    lab.down()
-
-
-@pytest.fixture(scope="module")
-def render_dir(running: lab.UpResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("munge-render")
-    assert running.status.cluster_yml is not None
-    render_lab(running.status.cluster_yml, out)
-    return out
 
 
 def address(running: lab.UpResult, name: str) -> str:

@@ -12,11 +12,10 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab_helpers import ansible, render_lab, sh
+from lab_helpers import ansible, sh
 
 from gpuctl.lab import lab
 
@@ -30,22 +29,6 @@ PLAYBOOKS = (REPO / "playbooks" / "munge.yml", REPO / "playbooks" / "slurm.yml")
 NODES = ("ctl01", "gpu001", "gpu002")
 COMPUTE = ("gpu001", "gpu002")
 CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
-
-
-@pytest.fixture(scope="module")
-def running() -> Iterator[lab.UpResult]:
-    lab.down()
-    result = lab.up(2)
-    yield result
-    lab.down()
-
-
-@pytest.fixture(scope="module")
-def render_dir(running: lab.UpResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("slurm-render")
-    assert running.status.cluster_yml is not None
-    render_lab(running.status.cluster_yml, out)
-    return out
 
 
 def ssh(running: lab.UpResult, name: str, command: str) -> subprocess.CompletedProcess[str]:
