@@ -67,12 +67,15 @@ class ProvisionResult:
 
 
 def state_dir_for(cluster_path: Path, state_dir: Path | None = None) -> Path:
-    """Where runs are kept: --state-dir, else $GPUCTL_STATE_DIR, else .gpuctl beside cluster.yml."""
+    """Where runs are kept: --state-dir, else $GPUCTL_STATE_DIR, else .gpuctl beside cluster.yml.
+
+    Always absolute: ansible-runner runs Ansible from the playbooks directory, where a relative
+    inventory path would name nothing (Ansible then takes the path for a host name)."""
     if state_dir is not None:
-        return state_dir
+        return state_dir.resolve()
     env = os.environ.get("GPUCTL_STATE_DIR")
     if env:
-        return Path(env)
+        return Path(env).resolve()
     return cluster_path.resolve().parent / ".gpuctl"
 
 

@@ -192,3 +192,14 @@ def test_cli_table_exit_code_and_logs(cluster: Path) -> None:
 def test_run_directory_is_private(cluster: Path) -> None:
     result = provision(cluster)
     assert os.stat(result.run_dir).st_mode & 0o077 == 0
+
+
+def test_a_relative_state_dir_works_from_any_directory(
+    cluster: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scripts/main.sh passes --state-dir out/lab-runs; Ansible runs in the playbooks folder."""
+    monkeypatch.chdir(cluster.parent)
+    result = provision(cluster, state_dir=Path("runs-here"))
+    assert result.record.status == "successful", result.record.to_json()
+    assert set(result.record.hosts) == {"ctl01", "gpu001", "gpu002"}
+    assert result.run_dir.is_relative_to(cluster.parent / "runs-here")
