@@ -187,6 +187,21 @@ def test_a_pinned_version_is_held(running: lab.UpResult, render_dir: Path) -> No
     }
 
 
+def test_a_file_edited_on_a_node_is_put_back(running: lab.UpResult, render_dir: Path) -> None:
+    # the role reads every installed file's checksum, mode and owner in one call and copies
+    # only those that differ: a local edit and a changed mode must still be found
+    edit = "chmod 0600 /etc/slurm/cgroup.conf && echo '# local edit' >> /etc/slurm/gres.conf"
+    assert ssh(running, "gpu001", edit).returncode == 0
+    res = ansible(render_dir, "ansible-playbook", str(PLAYBOOKS[1]), "--limit", "gpu001")
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert recap(res.stdout)["gpu001"]["changed"] >= 2, res.stdout[-3000:]
+    mode = ssh(running, "gpu001", "stat -c %a /etc/slurm/cgroup.conf").stdout.strip()
+    assert mode == "644"
+    gres = ssh(running, "gpu001", "cat /etc/slurm/gres.conf").stdout
+    assert gres == (render_dir / "slurm" / "gres.conf").read_text()
+    assert wait_idle(running) == [f"{n} idle gpu:h100:8" for n in COMPUTE]
+
+
 def test_a_configuration_change_restarts_the_daemons(
     running: lab.UpResult, render_dir: Path
 ) -> None:
