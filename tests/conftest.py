@@ -45,6 +45,7 @@ _SHARED_ORDER = (
     "test_lab_acceptance",
     "test_lab_validate",
     "test_lab_faults",
+    "test_lab_rollout",
 )
 
 

@@ -17,6 +17,7 @@ from gpuctl.cli import (
     parse_cmd,
     provision_cmds,
     report_cmd,
+    rollout_cmds,
     validate_cmd,
 )
 from gpuctl.cli.exit_codes import ExitCode
@@ -84,6 +85,7 @@ report_cmd.register(app)
 provision_cmds.register(app)
 validate_cmd.register(app)
 lab_cmds.register(app)
+rollout_cmds.register(app)
 acceptance_cmd.register(app)
 
 

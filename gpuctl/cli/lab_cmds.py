@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -90,6 +91,18 @@ def reboot(node: Annotated[str, typer.Argument(help="Node name.")]) -> None:
     """Reboot a node from inside (systemctl reboot) and wait until it is back."""
     before, after = lab.reboot(node)
     err_console().print(f"{escape(node)} rebooted (boot id {before[:8]} -> {after[:8]})")
+
+
+@app.command("firmware-image")
+def firmware_image(
+    version: Annotated[str, typer.Argument(help="Firmware version the image carries.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Image file to write.", dir_okay=False)],
+    node: Annotated[str, typer.Option("--node", help="Node whose adapters it is for.")] = "gpu001",
+) -> None:
+    """Write a lab-only ConnectX firmware image (for `gpuctl rollout --component nic-firmware`
+    on the lab; the lab's mlxfwmanager burns it, a real one would refuse it)."""
+    psid = lab.firmware_image(node, version, out)
+    err_console().print(f"wrote {escape(str(out))}: PSID {psid}, FW {escape(version)} (lab only)")
 
 
 @app.command("fault")

@@ -724,6 +724,14 @@ class Rollout(_Strict):
     )
     drain_timeout_s: int = Field(3600, ge=1, description="Longest wait for running jobs to end.")
     reboot_timeout_s: int = Field(1800, ge=1, description="Longest wait for a node to come back.")
+    validate_level: Level = Field(
+        Level.QUICK,
+        description="Validation of each updated node before it is resumed (the single-node "
+        "checks of that level).",
+    )
+    poll_interval_s: float = Field(
+        5.0, gt=0, le=300, description="Seconds between looks at Slurm while waiting for jobs."
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -478,6 +478,25 @@ def _write_hardware(name: str, profile: str) -> None:
     target.write_text(sim_profiles.profile_json(profile), encoding="utf-8")
 
 
+def firmware_image(node: str, version: str, out: Path) -> str:
+    """Write a lab-only ConnectX firmware image for ``node``'s simulated adapters (their PSID)
+    carrying ``version`` (the format of gpuctl/lab/sim/mft.py; a real image is a binary
+    .bin/.mfa). Returns the PSID."""
+    from gpuctl.lab.sim import mft as sim_mft
+
+    hardware = _node_dir(node) / "root" / "etc" / "gpuctl-lab" / "hardware.json"
+    try:
+        profile = json.loads(hardware.read_text(encoding="utf-8"))
+        psid = str(profile["nics"]["board_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise LabError(
+            f"{node}: no simulated adapters (is the lab up, is it a GPU node?)"
+        ) from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sim_mft.write_image(str(out), psid, version)
+    return psid
+
+
 def _faults_file(name: str) -> Path:
     return _node_dir(name) / "root" / "var" / "lib" / "gpuctl-lab-sim" / "faults.json"
 

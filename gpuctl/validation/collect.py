@@ -345,6 +345,23 @@ class _ParamikoSession:
             return _Failed(f"ssh: could not start the command: {exc or type(exc).__name__}")
         return _ParamikoRunning(chan, started)
 
+    def put(self, data: bytes, remote: str) -> str:
+        """Write ``data`` to ``remote`` (a path relative to the login's home, or absolute)
+        over SFTP on this connection, mode 0600; the absolute path written. Raises OSError
+        when it cannot."""
+        try:
+            sftp = self.client.open_sftp()
+        except Exception as exc:  # paramiko: SSHException and friends
+            raise OSError(f"sftp: {exc or type(exc).__name__}") from None
+        try:
+            with sftp.file(remote, "wb") as fh:
+                fh.set_pipelined(True)
+                fh.write(data)
+            sftp.chmod(remote, 0o600)
+            return str(sftp.normalize(remote))
+        finally:
+            sftp.close()
+
     def close(self) -> None:
         self.client.close()
 

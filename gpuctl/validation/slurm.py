@@ -34,6 +34,7 @@ from gpuctl.validation.results import ValidationReport
 
 SCONTROL_TIMEOUT_S = 60
 _DRAIN_STATES = {"DRAIN", "DRAINED", "DRAINING"}
+_DOWN_STATES = {"DOWN", "FAIL", "FAILING"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +77,32 @@ class DrainResult:
         }
 
 
+def _state_words(record: Mapping[str, Any]) -> list[str]:
+    words = [str(record.get("state") or ""), *(str(f) for f in record.get("state_flags") or [])]
+    return [w.upper() for w in words]
+
+
 def is_drained(record: Mapping[str, Any]) -> bool:
     """Whether a `scontrol show node` record (parsed) is drained or draining."""
-    words = [str(record.get("state") or ""), *(str(f) for f in record.get("state_flags") or [])]
-    return any(w.upper() in _DRAIN_STATES for w in words)
+    return any(w in _DRAIN_STATES for w in _state_words(record))
+
+
+def is_down(record: Mapping[str, Any]) -> bool:
+    """Whether a `scontrol show node` record (parsed) is down or failed (FAIL, FAILING)."""
+    return any(w in _DOWN_STATES for w in _state_words(record))
+
+
+class NotUnderstood(ValueError):
+    """`scontrol show node` printed something that is not a node record."""
+
+
+def slurm_nodes(text: str) -> dict[str, dict[str, Any]]:
+    """`scontrol show node [NAME]` output -> parsed records by node name (gpuctl's parser).
+    Raises :class:`NotUnderstood` with the parser's problems when it is not such output."""
+    parsed = parse("scontrol-node", text)
+    if not parsed.recognised:
+        raise NotUnderstood("; ".join(parsed.problems)[:200])
+    return {str(n.get("NodeName")): n for n in parsed.data.get("nodes") or [] if n.get("NodeName")}
 
 
 def plan(
@@ -140,7 +163,9 @@ def update_argv(action: SlurmAction) -> tuple[str, ...]:
     return ("scontrol", "update", f"nodename={action.node}", "state=resume")
 
 
-def _failure(what: str, rc: int | None, stderr: bytes, error: str | None) -> str:
+def failure_text(what: str, rc: int | None, stderr: bytes, error: str | None) -> str:
+    """Why a Slurm command failed, on one line: its error, else its exit status and the last
+    line it printed on stderr."""
     if error:
         return f"{what}: {error}"
     text = stderr.decode("utf-8", errors="replace").strip().splitlines()
@@ -172,7 +197,7 @@ def apply(
                     action.action,
                     action.reason,
                     action.detail,
-                    error=_failure(
+                    error=failure_text(
                         f"scontrol on {controller}", res.rc, res.stderr, res.error or err
                     ),
                 )
@@ -210,20 +235,17 @@ def drain_failed(
                 why = "timed out" if res.timed_out else res.error
                 return DrainResult(
                     controller,
-                    error=_failure(f"scontrol show node on {controller}", res.rc, res.stderr, why),
+                    error=failure_text(
+                        f"scontrol show node on {controller}", res.rc, res.stderr, why
+                    ),
                 )
-            parsed = parse("scontrol-node", res.stdout.decode("utf-8", errors="replace"))
-            if not parsed.recognised:
+            try:
+                slurm = slurm_nodes(res.stdout.decode("utf-8", errors="replace"))
+            except NotUnderstood as exc:
                 return DrainResult(
                     controller,
-                    error=f"scontrol show node on {controller}: output not understood "
-                    f"({'; '.join(parsed.problems)[:200]})",
+                    error=f"scontrol show node on {controller}: output not understood ({exc})",
                 )
-            slurm = {
-                str(n.get("NodeName")): n
-                for n in parsed.data.get("nodes") or []
-                if n.get("NodeName")
-            }
             actions = apply(plan(report, slurm, resume=resume), controller, session, become=become)
             return DrainResult(controller, tuple(actions))
         finally:

@@ -270,7 +270,7 @@ def test_firmware_tools_standin_dispatch(tmp_path: Path, monkeypatch: pytest.Mon
     assert standin.main("flint", ["-d", devices[0]["pci_device_name"], "query"], out, err) == 0
     assert _ok("flint-query", out.getvalue()).data["fw_version"] == profile["firmware"]["hca"]
     assert standin.main("flint", ["-d", "mlx5_99", "query"], out, err) == 1
-    assert standin.main("mlxfwmanager", ["--bogus"], out, err) == 1
+    assert standin.main("mlxfwmanager", ["--bogus"], out, err) == 3  # bad arguments
 
 
 def _devinfo_states(text: str) -> dict[str, str]:

@@ -307,15 +307,11 @@ def _ibdev2netdev(profile: Profile, faults: Faults, node: str, args: list[str], 
 
 
 def _mlxfwmanager(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
-    if any(a not in ("--query", "-q") for a in args):
-        io.err("-E- gpuctl lab: only 'mlxfwmanager [--query]' is simulated\n")
-        return 1
-    try:
-        io.out(mft.mlxfwmanager_query(profile, faults, node))
-    except mft.MftError as exc:
-        io.out(exc.message)
-        return exc.status
-    return 0
+    # query and the update path (-u -i IMAGE -y): gpuctl/lab/sim/mft.py
+    run = mft.mlxfwmanager_main(profile, faults, node, args)
+    io.out(run.stdout)
+    io.err(run.stderr)
+    return run.status
 
 
 def _flint(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:

@@ -1,0 +1,415 @@
+"""`gpuctl rollout plan|apply|status|resume|abort` as library calls: cluster.yml in, result
+objects out (the CLI renders them).
+
+Scope: the cluster's Slurm compute nodes (cluster.yml order), narrowed by ``--limit``. State:
+``<state dir>/rollouts/<id>/`` (state.json, audit.jsonl, options.json, validate/ bundles),
+``<state dir>`` being ``--state-dir``, ``$GPUCTL_STATE_DIR`` or ``.gpuctl`` beside cluster.yml,
+as for `gpuctl provision`. One rollout per cluster at a time (``rollouts/.lock``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuctl.config import load_cluster
+from gpuctl.config.model import Cluster
+from gpuctl.config.rules import roles_of
+from gpuctl.errors import UsageError
+from gpuctl.provision.runner import state_dir_for
+from gpuctl.rollout.backend import Backend, BackendError, SlurmNode, Versions
+from gpuctl.rollout.cluster import (
+    ClusterBackend,
+    check_supported,
+    provision_with_gpuctl,
+    validate_with_gpuctl,
+)
+from gpuctl.rollout.executor import Executor
+from gpuctl.rollout.model import (
+    Component,
+    Plan,
+    Policy,
+    PolicyError,
+    RolloutError,
+    RolloutState,
+    Status,
+)
+from gpuctl.rollout.plan import plan_rollout
+from gpuctl.rollout.store import (
+    RolloutStore,
+    cluster_lock,
+    current_rollout,
+    new_rollout,
+    write_atomic,
+)
+from gpuctl.validation.collect import select_nodes
+
+OPTIONS = "options.json"
+READ_PARALLEL = 32
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyOverrides:
+    """Flags that replace cluster.yml's ``rollout:`` values (None: keep cluster.yml's)."""
+
+    canary: int | None = None
+    batch_size: int | None = None
+    max_unavailable: str | None = None
+    failure_threshold: int | None = None
+    drain_timeout_s: float | None = None
+    reboot_timeout_s: float | None = None
+    validate_level: str | None = None
+
+    def batching_given(self) -> bool:
+        return any(v is not None for v in (self.canary, self.batch_size, self.max_unavailable))
+
+
+def policy_for(cluster: Cluster, flags: PolicyOverrides) -> Policy:
+    """cluster.yml's ``rollout:`` with the flags on top; --batch-size and --max-unavailable
+    replace each other (they are exclusive)."""
+    ro = cluster.rollout
+    batch_size: int | None = ro.batch_size
+    max_unavailable: int | str | None = ro.max_unavailable
+    if flags.batch_size is not None:
+        batch_size, max_unavailable = flags.batch_size, None
+    if flags.max_unavailable is not None:
+        text = flags.max_unavailable.strip()
+        max_unavailable = int(text) if text.isdigit() else text
+        batch_size = None
+    try:
+        return Policy(
+            canary=ro.canary if flags.canary is None else flags.canary,
+            batch_size=batch_size,
+            max_unavailable=max_unavailable,
+            failure_threshold=(
+                ro.failure_threshold if flags.failure_threshold is None else flags.failure_threshold
+            ),
+            drain_timeout_s=float(
+                ro.drain_timeout_s if flags.drain_timeout_s is None else flags.drain_timeout_s
+            ),
+            reboot_timeout_s=float(
+                ro.reboot_timeout_s if flags.reboot_timeout_s is None else flags.reboot_timeout_s
+            ),
+            validate_level=(
+                ro.validate_level.value if flags.validate_level is None else flags.validate_level
+            ),
+            poll_interval_s=ro.poll_interval_s,
+        )
+    except PolicyError as exc:
+        raise UsageError(f"rollout policy: {exc}") from None
+
+
+def scope(cluster: Cluster, limit: str | None) -> list[str]:
+    """The Slurm compute nodes of cluster.yml (in its order), narrowed by ``limit``."""
+    compute = [n for n, roles in roles_of(cluster).items() if "compute" in roles]
+    if limit is None:
+        return compute
+    chosen = set(select_nodes(cluster, limit))
+    out = [n for n in compute if n in chosen]
+    if not out:
+        raise UsageError(f"--limit {limit}: no Slurm compute node in it")
+    return out
+
+
+def read_nodes(
+    backend: Backend, nodes: Sequence[str], component: Component
+) -> tuple[dict[str, SlurmNode], dict[str, Versions | BackendError]]:
+    """Slurm state and versions of every node, read concurrently; a node whose Slurm state
+    cannot be read is missing from the first map (planned ``unknown``)."""
+    slurm: dict[str, SlurmNode] = {}
+    versions: dict[str, Versions | BackendError] = {}
+
+    def one(node: str) -> None:
+        # unread: planned "unknown" (Slurm state not read), never assumed in service
+        with contextlib.suppress(BackendError):
+            slurm[node] = backend.slurm_node(node)
+        try:
+            versions[node] = backend.versions(node, component)
+        except BackendError as exc:
+            versions[node] = exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(READ_PARALLEL, len(nodes)))) as pool:
+        list(pool.map(one, nodes))
+    return slurm, versions
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutOptions:
+    """What a rollout needs besides its plan to continue: kept in options.json (no secrets)."""
+
+    cluster: str
+    image: str | None = None
+    image_sha256: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "image": self.image, "image_sha256": self.image_sha256}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+BackendFactory = Callable[[Path, Cluster, Path | None, Path], Backend]
+
+
+def cluster_backend(
+    cluster_path: Path, cluster: Cluster, image: Path | None, rollout_dir: Path
+) -> Backend:
+    """The real backend; validation bundles under ``rollout_dir/validate``."""
+    return ClusterBackend(
+        cluster_path,
+        cluster,
+        image=image,
+        provision_fn=provision_with_gpuctl(cluster_path, None),
+        validate_fn=validate_with_gpuctl(cluster_path, rollout_dir / "validate"),
+    )
+
+
+def _close(backend: Backend) -> None:
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    plan: Plan
+
+    @property
+    def problems(self) -> bool:
+        return bool(self.plan.problems)
+
+
+def make_plan(
+    cluster_path: Path,
+    component: Component,
+    target: str,
+    *,
+    limit: str | None = None,
+    flags: PolicyOverrides | None = None,
+    image: Path | None = None,
+    backend_factory: BackendFactory | None = None,
+    work_dir: Path | None = None,
+) -> PlanResult:
+    """Read every node in scope and plan; changes nothing."""
+    cluster = load_cluster(cluster_path)
+    check_supported(cluster, component, target, image)
+    policy = policy_for(cluster, flags or PolicyOverrides())
+    nodes = scope(cluster, limit)
+    factory = backend_factory or cluster_backend
+    backend = factory(cluster_path, cluster, image, work_dir or Path("."))
+    try:
+        slurm, versions = read_nodes(backend, nodes, component)
+    finally:
+        _close(backend)
+    try:
+        return PlanResult(plan_rollout(nodes, slurm, versions, component, target, policy))
+    except RolloutError as exc:
+        raise UsageError(str(exc)) from None
+
+
+@dataclass(slots=True)
+class RunResult:
+    """How `apply` or `resume` left the rollout."""
+
+    state: RolloutState
+    directory: Path
+    audit: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.state.status is Status.DONE and not self.state.failed
+
+
+def apply(
+    cluster_path: Path,
+    component: Component,
+    target: str,
+    *,
+    limit: str | None = None,
+    flags: PolicyOverrides | None = None,
+    image: Path | None = None,
+    state_dir: Path | None = None,
+    backend_factory: BackendFactory | None = None,
+    on_started: Callable[[RolloutStore], None] | None = None,
+) -> RunResult:
+    """Plan, record and run a new rollout. Refuses while an earlier one is unfinished (resume or
+    abort it first) and when the plan has nodes whose state could not be read."""
+    cluster = load_cluster(cluster_path)
+    check_supported(cluster, component, target, image)
+    state = state_dir_for(cluster_path, state_dir)
+    with cluster_lock(state):
+        previous = current_rollout(state)
+        if previous is not None:
+            old = previous.load()
+            if old.status in (Status.PLANNED, Status.RUNNING, Status.HALTED):
+                raise UsageError(
+                    f"rollout {old.rollout_id} is {old.status}: `gpuctl rollout resume` or "
+                    "`gpuctl rollout abort` it first"
+                )
+        policy = policy_for(cluster, flags or PolicyOverrides())
+        nodes = scope(cluster, limit)
+        factory = backend_factory or cluster_backend
+        probe_backend = factory(cluster_path, cluster, image, state)
+        try:
+            slurm, versions = read_nodes(probe_backend, nodes, component)
+        finally:
+            _close(probe_backend)
+        try:
+            plan = plan_rollout(nodes, slurm, versions, component, target, policy)
+        except RolloutError as exc:
+            raise UsageError(str(exc)) from None
+        if plan.problems:
+            names = ", ".join(f"{p.node} ({p.reason})" for p in plan.problems)
+            raise UsageError(f"cannot plan these nodes, nothing started: {names}")
+        store = new_rollout(state, plan)
+        options = RolloutOptions(
+            str(cluster_path.resolve()),
+            str(image.resolve()) if image is not None else None,
+            _sha256(image) if image is not None else None,
+        )
+        write_atomic(store.directory / OPTIONS, json.dumps(options.to_json(), indent=2) + "\n")
+        if on_started is not None:
+            on_started(store)
+        return _run(store, cluster_path, cluster, image, None, factory)
+
+
+def _run(
+    store: RolloutStore,
+    cluster_path: Path,
+    cluster: Cluster,
+    image: Path | None,
+    policy: Policy | None,
+    backend_factory: BackendFactory,
+) -> RunResult:
+    backend = backend_factory(cluster_path, cluster, image, store.directory)
+    try:
+        final = Executor(backend, store, policy=policy).run()
+    except PolicyError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        _close(backend)
+    return RunResult(final, store.directory, store.read_audit())
+
+
+def _options(store: RolloutStore) -> RolloutOptions:
+    try:
+        data: Mapping[str, Any] = json.loads((store.directory / OPTIONS).read_text("utf-8"))
+        return RolloutOptions(str(data["cluster"]), data.get("image"), data.get("image_sha256"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RolloutError(f"{store.directory / OPTIONS}: unreadable ({exc})") from None
+
+
+def resume(
+    cluster_path: Path,
+    *,
+    flags: PolicyOverrides | None = None,
+    state_dir: Path | None = None,
+    backend_factory: BackendFactory | None = None,
+    on_started: Callable[[RolloutStore], None] | None = None,
+) -> RunResult:
+    """Continue the current rollout where it stopped (killed, halted or aborted). Thresholds,
+    timeouts and the validation level may change; the batching may not."""
+    cluster = load_cluster(cluster_path)
+    state = state_dir_for(cluster_path, state_dir)
+    with cluster_lock(state):
+        store = current_rollout(state)
+        if store is None:
+            raise UsageError(f"no rollout to resume in {state}")
+        current = store.load()
+        if current.status is Status.DONE:
+            raise UsageError(f"rollout {current.rollout_id} is done; nothing to resume")
+        opts = _options(store)
+        image = Path(opts.image) if opts.image is not None else None
+        if image is not None and (not image.is_file() or _sha256(image) != opts.image_sha256):
+            raise UsageError(f"{image}: missing or changed since the rollout started")
+        flags = flags or PolicyOverrides()
+        if flags.batching_given():
+            raise UsageError("canary, batch size and max unavailable are fixed once planned")
+        policy = policy_for(cluster, flags) if flags != PolicyOverrides() else None
+        if policy is not None:
+            # only the fields the flags name change; the rest stays as recorded
+            recorded = current.policy
+            policy = Policy(
+                canary=recorded.canary,
+                batch_size=recorded.batch_size,
+                max_unavailable=recorded.max_unavailable,
+                failure_threshold=flags.failure_threshold or recorded.failure_threshold,
+                drain_timeout_s=flags.drain_timeout_s or recorded.drain_timeout_s,
+                reboot_timeout_s=flags.reboot_timeout_s or recorded.reboot_timeout_s,
+                validate_level=flags.validate_level or recorded.validate_level,
+                poll_interval_s=recorded.poll_interval_s,
+            )
+        store.clear_abort()
+        if on_started is not None:
+            on_started(store)
+        return _run(store, cluster_path, cluster, image, policy, backend_factory or cluster_backend)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusResult:
+    state: RolloutState
+    directory: Path
+    audit: list[dict[str, Any]]
+    running_pid: int | None  # the process running it now, None when none holds the lock
+
+
+def status(cluster_path: Path, *, state_dir: Path | None = None) -> StatusResult:
+    state = state_dir_for(cluster_path, state_dir)
+    store = current_rollout(state)
+    if store is None:
+        raise UsageError(f"no rollout in {state}")
+    return StatusResult(store.load(), store.directory, store.read_audit(), _holder(state))
+
+
+def _holder(state: Path) -> int | None:
+    from gpuctl.rollout.model import RolloutLocked
+
+    try:
+        with cluster_lock(state):
+            return None
+    except RolloutLocked as exc:
+        return exc.pid
+
+
+@dataclass(frozen=True, slots=True)
+class AbortResult:
+    rollout_id: str
+    running_pid: int | None  # a running rollout stops after its nodes in flight
+    state: RolloutState
+
+
+def abort(cluster_path: Path, *, reason: str = "", state_dir: Path | None = None) -> AbortResult:
+    """Ask the current rollout to stop: a running one starts no new node and ends ``aborted``
+    once its nodes in flight are done; a stopped one is marked ``aborted`` now. Nodes gpuctl
+    holds drained stay drained, with their record (resume continues them)."""
+    from gpuctl.rollout.model import AuditEvent, RolloutLocked
+
+    state = state_dir_for(cluster_path, state_dir)
+    store = current_rollout(state)
+    if store is None:
+        raise UsageError(f"no rollout in {state}")
+    current = store.load()
+    if current.status is Status.DONE:
+        raise UsageError(f"rollout {current.rollout_id} is done; nothing to abort")
+    store.request_abort(reason)
+    try:
+        with cluster_lock(state):
+            current = store.load()
+            if current.status is not Status.ABORTED:
+                current.status = Status.ABORTED
+                current.reason = reason or "aborted by the operator"
+                store.record(current, AuditEvent("aborted", details={"reason": current.reason}))
+            return AbortResult(current.rollout_id, None, current)
+    except RolloutLocked as exc:
+        return AbortResult(current.rollout_id, exc.pid, current)

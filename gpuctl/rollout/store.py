@@ -1,0 +1,335 @@
+"""On-disk state of rollouts: one directory per rollout, an audit log, an abort marker, a lock.
+
+Layout under the state directory (``.gpuctl/`` beside cluster.yml unless configured)::
+
+    rollouts/.lock               flock'ed by the process running a rollout; holds its pid
+    rollouts/current             the id of the active (or latest) rollout
+    rollouts/<id>/state.json     RolloutState, replaced atomically after every change
+    rollouts/<id>/audit.jsonl    one JSON object per line, appended and fsynced line by line
+    rollouts/<id>/abort          present once an abort was requested
+
+A rollout id is the UTC time it was created and the component: ``20250314T101500Z-driver``.
+
+state.json is written to a temporary file in the same directory, fsynced, renamed over the old
+one with ``os.replace`` and the directory is fsynced, so after a crash it is the old or the new
+file, never a mix. Audit lines carry ``ts`` (ISO-8601 UTC with microseconds), ``rollout``,
+``node`` (null for the whole rollout), ``event`` and ``seq`` (the number of a line that goes with
+a state change; absent on an abort request), then the event's details. A line is written before
+the next state change, and state.json keeps the lines of its last change (``outbox``), so the
+log is complete even after a kill between the two writes.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpuctl.rollout.model import (
+    AuditEvent,
+    Component,
+    Plan,
+    RolloutError,
+    RolloutLocked,
+    RolloutState,
+)
+
+STATE = "state.json"
+AUDIT = "audit.jsonl"
+ABORT = "abort"
+CURRENT = "current"
+LOCK = ".lock"
+FILE_MODE = 0o644
+
+
+def utc_now_iso() -> str:
+    """``2025-03-14T10:15:00.123456Z``."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rollouts_root(state_dir: Path) -> Path:
+    """``<state_dir>/rollouts``: one directory per rollout, the ``current`` file and the lock."""
+    return state_dir / "rollouts"
+
+
+def new_rollout_id(root: Path, component: Component, now: datetime | None = None) -> str:
+    """A sortable id: the UTC time and the component, with a counter when the name is taken."""
+    stamp = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate, n = f"{stamp}-{component}", 1
+    while (root / candidate).exists():
+        n += 1
+        candidate = f"{stamp}-{component}-{n}"
+    return candidate
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``text`` so a reader (or a crash) sees the old or the new file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fchmod(fh.fileno(), FILE_MODE)
+            if durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        _fsync_dir(path.parent)
+
+
+class RolloutStore:
+    """The directory of one rollout. Safe to share between the executor's threads.
+
+    ``durable=False`` skips the fsyncs (for tests that write thousands of states); the rename
+    stays atomic.
+    """
+
+    def __init__(self, directory: Path, *, durable: bool = True) -> None:
+        self.directory = directory
+        self.durable = durable
+        self._lock = threading.Lock()
+
+    @property
+    def rollout_id(self) -> str:
+        return self.directory.name
+
+    @property
+    def state_path(self) -> Path:
+        return self.directory / STATE
+
+    @property
+    def audit_path(self) -> Path:
+        return self.directory / AUDIT
+
+    @property
+    def abort_path(self) -> Path:
+        return self.directory / ABORT
+
+    def exists(self) -> bool:
+        return self.state_path.is_file()
+
+    def create(self, plan: Plan) -> RolloutState:
+        """Write the first state.json (status ``planned``) and the ``planned`` audit line."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.exists():
+            raise RolloutError(f"{self.state_path} exists already")
+        state = RolloutState.new(self.rollout_id, plan, utc_now_iso())
+        self.record(
+            state,
+            AuditEvent(
+                "planned",
+                details={
+                    "component": str(plan.component),
+                    "target": plan.target,
+                    "max_unavailable": plan.max_unavailable,
+                    "batches": [list(b) for b in plan.batches],
+                    "problems": [p.node for p in plan.problems],
+                    "policy": plan.policy.to_json(),
+                },
+            ),
+        )
+        return state
+
+    def load(self) -> RolloutState:
+        try:
+            data = json.loads(self.state_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RolloutError(f"{self.state_path}: cannot read rollout state ({exc})") from None
+        if not isinstance(data, dict):
+            raise RolloutError(f"{self.state_path}: not a rollout state")
+        try:
+            return RolloutState.from_json(data)
+        except RolloutError as exc:
+            raise RolloutError(f"{self.state_path}: {exc}") from None
+
+    def save(self, state: RolloutState) -> None:
+        """Replace state.json atomically (stamps ``state.updated``)."""
+        with self._lock:
+            state.updated = utc_now_iso()
+            text = json.dumps(state.to_json(), indent=2) + "\n"
+            write_atomic(self.state_path, text, durable=self.durable)
+
+    def _line(self, event: AuditEvent, seq: int | None) -> dict[str, Any]:
+        line: dict[str, Any] = {
+            "ts": utc_now_iso(),
+            "rollout": self.rollout_id,
+            "node": event.node,
+            "event": event.event,
+        }
+        if seq is not None:
+            line["seq"] = seq
+        for key, value in event.details.items():
+            line.setdefault(key, value)
+        return line
+
+    def append_line(self, line: dict[str, Any]) -> None:
+        """Append one line to audit.jsonl in one write, then fsync it."""
+        data = (json.dumps(line, separators=(",", ":")) + "\n").encode("utf-8")
+        with self._lock:
+            fd = os.open(self.audit_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+            try:
+                os.write(fd, data)
+                if self.durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def append(self, *events: AuditEvent) -> None:
+        """Append events that change no state (an abort request): no ``seq``."""
+        for event in events:
+            self.append_line(self._line(event, None))
+
+    def record(self, state: RolloutState, *events: AuditEvent) -> None:
+        """Save ``state`` with ``events`` numbered in its outbox, then append them.
+
+        state.json is the truth a resume starts from; the outbox makes sure the audit log
+        catches up with it even when the process dies between the two writes."""
+        lines = [self._line(e, state.audit_seq + i) for i, e in enumerate(events, 1)]
+        state.audit_seq += len(lines)
+        state.outbox = lines
+        self.save(state)
+        for line in lines:
+            self.append_line(line)
+
+    def complete_audit(self, state: RolloutState) -> int:
+        """Append the outbox lines audit.jsonl lacks (after a crash); how many were appended.
+
+        A torn last line (the process died inside a write) is cut off first; if it was a
+        recorded event, the outbox holds it whole."""
+        with self._lock:
+            try:
+                raw = self.audit_path.read_bytes()
+            except FileNotFoundError:
+                raw = b""
+            if raw and not raw.endswith(b"\n"):
+                keep = raw.rfind(b"\n") + 1
+                with self.audit_path.open("r+b") as fh:
+                    fh.truncate(keep)
+                raw = raw[:keep]
+        last = 0
+        for text in raw.decode("utf-8", "replace").splitlines():
+            try:
+                seq = json.loads(text).get("seq")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(seq, int):
+                last = max(last, seq)
+        missing = [line for line in state.outbox if int(line.get("seq", 0)) > last]
+        for line in missing:
+            self.append_line(line)
+        return len(missing)
+
+    def read_audit(self) -> list[dict[str, Any]]:
+        """The audit lines, parsed; a torn last line (a crash mid-write) is ignored."""
+        try:
+            text = self.audit_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        out: list[dict[str, Any]] = []
+        lines = text.splitlines()
+        for i, raw in enumerate(lines):
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                if i == len(lines) - 1:
+                    break
+                raise RolloutError(f"{self.audit_path}:{i + 1}: not JSON") from None
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+    def request_abort(self, reason: str = "") -> None:
+        """Ask a running executor (in this or another process) to start no new node."""
+        write_atomic(self.abort_path, json.dumps({"ts": utc_now_iso(), "reason": reason}) + "\n")
+        self.append(AuditEvent("abort-requested", details={"reason": reason}))
+
+    def abort_requested(self) -> bool:
+        return self.abort_path.exists()
+
+    def clear_abort(self) -> None:
+        """Withdraw an abort request, so that the rollout can be continued."""
+        if self.abort_requested():
+            self.abort_path.unlink()
+            self.append(AuditEvent("abort-cleared"))
+
+
+def new_rollout(state_dir: Path, plan: Plan, now: datetime | None = None) -> RolloutStore:
+    """Create ``rollouts/<id>/`` for ``plan``, write its first state and point ``current`` at it.
+
+    The caller holds :func:`cluster_lock`."""
+    root = rollouts_root(state_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    store = RolloutStore(root / new_rollout_id(root, plan.component, now))
+    store.create(plan)
+    write_atomic(root / CURRENT, store.rollout_id + "\n")
+    return store
+
+
+def current_rollout(state_dir: Path) -> RolloutStore | None:
+    """The rollout ``current`` names, or None when there is none."""
+    root = rollouts_root(state_dir)
+    try:
+        name = (root / CURRENT).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    store = RolloutStore(root / name) if name and "/" not in name else None
+    if store is None or not store.exists():
+        raise RolloutError(f"{root / CURRENT} names {name!r}, which is not a rollout")
+    return store
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        raw = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(raw) if raw.isdigit() else None
+
+
+@contextmanager
+def cluster_lock(state_dir: Path) -> Iterator[Path]:
+    """Hold ``rollouts/.lock`` (flock, exclusive, non-blocking) for the ``with`` block.
+
+    Only one process runs or changes a cluster's rollouts at a time; a second one gets
+    :class:`RolloutLocked` naming the holder's pid at once rather than waiting. The lock goes
+    with the process (a killed holder releases it).
+    """
+    root = rollouts_root(state_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise RolloutLocked(str(path), _read_pid(fd)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        try:
+            yield path
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
