@@ -45,7 +45,9 @@ _SHARED_ORDER = (
     "test_lab_acceptance",
     "test_lab_validate",
     "test_lab_faults",
+    "test_lab_node_check",
     "test_lab_rollout",
+    "test_lab_multinode",
 )
 
 

@@ -14,6 +14,7 @@ from gpuctl.cli import (
     acceptance_cmd,
     config_cmds,
     lab_cmds,
+    nodecheck_cmd,
     parse_cmd,
     provision_cmds,
     report_cmd,
@@ -84,6 +85,7 @@ parse_cmd.register(app)
 report_cmd.register(app)
 provision_cmds.register(app)
 validate_cmd.register(app)
+nodecheck_cmd.register(app)
 lab_cmds.register(app)
 rollout_cmds.register(app)
 acceptance_cmd.register(app)

@@ -218,7 +218,15 @@ class PackageSources(_Strict):
         "distribution's repositories.",
     )
     pypi_index: Url | None = Field(
-        None, description="Python package index for tools installed on nodes; null = default."
+        None,
+        description="Python package index for tools installed on nodes (a site mirror); null = "
+        "default. gpuctl's node check installs gpuctl from it when `gpuctl_wheelhouse` is null.",
+    )
+    gpuctl_wheelhouse: Annotated[str, Field(pattern=r"^/")] | None = Field(
+        None,
+        description="Absolute path, on the machine that runs `gpuctl provision`, of a directory "
+        "with gpuctl's wheel and the wheels of its node requirements (docs/provisioning.md); "
+        "copied to the nodes for `slurm.health_check`, which then need no package index.",
     )
     http_proxy: Url | None = Field(
         None, description="HTTP(S) proxy the nodes use for package downloads."
@@ -645,6 +653,38 @@ def _default_task_plugins() -> list[TaskPlugin]:
     return ["task/cgroup", "task/affinity"]
 
 
+HealthCheckState = Literal["ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE", "CYCLE"]
+
+
+def _any_state() -> list[HealthCheckState]:
+    return ["ANY"]
+
+
+class HealthCheck(_Strict):
+    """Slurm's node health check: slurmd runs `gpuctl node-check` (HealthCheckProgram) on every
+    compute node; a failing node drains itself, and resumes once it passes again."""
+
+    enabled: bool = Field(
+        False,
+        description="Install gpuctl's node check on the compute nodes (role gpuctl_node_check, "
+        "from `package_sources.gpuctl_wheelhouse` or `pypi_index`) and name it in slurm.conf.",
+    )
+    interval_s: int = Field(
+        300, ge=10, le=86400, description="HealthCheckInterval: seconds between two runs."
+    )
+    node_state: list[HealthCheckState] = Field(
+        default_factory=_any_state,
+        min_length=1,
+        description="HealthCheckNodeState. `ANY` (default) includes drained nodes, so a node "
+        "the check drained is resumed when it passes; `NONDRAINED_IDLE` never resumes one.",
+    )
+    level: Literal["quick"] = Field(
+        "quick",
+        description="Check level: `quick` (seconds). slurmd ends a health check after 60 s, and "
+        "`standard` loads the GPUs for minutes: run it from a prolog or by hand instead.",
+    )
+
+
 class Slurm(_Strict):
     """Slurm: controller, partitions and what slurm.conf, gres.conf and topology.conf need."""
 
@@ -683,6 +723,10 @@ class Slurm(_Strict):
         description="Fabric whose topology becomes topology.conf; needed when several have one.",
     )
     cgroup: Cgroup = Field(default_factory=lambda: Cgroup(), description="cgroup.conf settings.")
+    health_check: HealthCheck = Field(
+        default_factory=lambda: HealthCheck(),
+        description="HealthCheckProgram: gpuctl's node check, run by slurmd on every node.",
+    )
     extra: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")], str | int | bool] = Field(
         default_factory=dict,
         description="More slurm.conf parameters (`Key: value`); keys gpuctl manages are refused.",
@@ -691,6 +735,41 @@ class Slurm(_Strict):
 
 # --------------------------------------------------------------------------------------------
 # Validation and rollout
+
+
+class Multinode(_Strict):
+    """Multi-node nccl-tests at the `long` level: how `srun` starts them (docs/validate.md)."""
+
+    mpi: Literal["pmix", "pmi2", "none"] = Field(
+        "pmix",
+        description="`srun --mpi=` plugin; nccl-tests built with Open MPI needs `pmix` (the "
+        "compute nodes then need the PMIx library; the slurm_node role installs it).",
+    )
+    partition: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")] | None = Field(
+        None, description="`srun --partition=`; null = Slurm's default partition."
+    )
+    reservation: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")] | None = Field(
+        None, description="`srun --reservation=`, e.g. a maintenance reservation of the nodes."
+    )
+    rank_per: Literal["gpu", "node"] = Field(
+        "gpu",
+        description="`gpu`: one rank per GPU (`--ntasks-per-node=<GPUs>`, `-g 1`); `node`: one "
+        "rank per node driving all its GPUs (`--ntasks-per-node=1`, `-g <GPUs>`), for nodes "
+        "Slurm gives fewer CPUs than GPUs.",
+    )
+    launch_node: str | None = Field(
+        None,
+        min_length=1,
+        description="Node gpuctl runs `srun` on (over SSH): a login node or any node with the "
+        "Slurm client, munge and, for `pmix`, the PMIx library; null = `slurm.controller`.",
+    )
+    max_runs: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Most runs per node group, the first included; null = 3 x log2(nodes) + 4 "
+        "(enough to locate and confirm two slow nodes).",
+    )
 
 
 class Validation(_Strict):
@@ -705,6 +784,10 @@ class Validation(_Strict):
     thresholds: Thresholds = Field(
         default_factory=lambda: Thresholds(),
         description="Overrides for every group (group overrides win).",
+    )
+    multinode: Multinode = Field(
+        default_factory=lambda: Multinode(),
+        description="Multi-node nccl-tests through Slurm (`long` level).",
     )
 
 

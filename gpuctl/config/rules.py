@@ -28,6 +28,10 @@ SelectType SelectTypeParameters GresTypes TopologyPlugin ReturnToService Slurmct
 SlurmdLogFile SchedulerType NodeName PartitionName
 """
 MANAGED_SLURM_KEYS = frozenset(k.lower() for k in _MANAGED.split())
+# written by gpuctl only while slurm.health_check is enabled (else slurm.extra may set them)
+HEALTH_CHECK_KEYS = frozenset(
+    k.lower() for k in ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState")
+)
 
 
 def loc_to_str(loc: Sequence[str | int]) -> str:
@@ -602,6 +606,23 @@ def _slurm(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, str]]) 
                     f"{key} is written by gpuctl from other fields; it cannot be overridden",
                 )
             )
+        elif slurm.health_check.enabled and key.lower() in HEALTH_CHECK_KEYS:
+            out.append(
+                (
+                    ("slurm", "extra", key),
+                    f"{key} is written from slurm.health_check, which is enabled",
+                )
+            )
+    src = cluster.package_sources
+    if slurm.health_check.enabled and src.gpuctl_wheelhouse is None and src.pypi_index is None:
+        out.append(
+            (
+                ("slurm", "health_check", "enabled"),
+                "the nodes install gpuctl from package_sources.gpuctl_wheelhouse (a directory "
+                "of wheels, copied to them) or package_sources.pypi_index (a site mirror): "
+                "set one",
+            )
+        )
 
 
 def _ssh(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:

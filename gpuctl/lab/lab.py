@@ -8,6 +8,8 @@ Layout (``GPUCTL_LAB_DIR``, default /var/lib/gpuctl-lab):
 - ``ssh/id_ed25519``, ``ssh/known_hosts``: the lab's key and the nodes' recorded host keys
 - ``cluster.yml``: the running lab as gpuctl sees it; ``lab.json``: what `down` must remove
 - ``repo/``: the lab's package repository (stand-ins under NVIDIA's names, see repo.py)
+- ``wheelhouse/``: gpuctl's wheel and what its node check needs (wheelhouse.py), for
+  ``package_sources.gpuctl_wheelhouse`` of the lab's cluster.yml
 - ``apt-cache/``: the apt proxy's cache (apt-cacher-ng), ``apt-proxy/acng.conf`` its config;
   kept by `down`, like ``base/``
 - ``run/apt-proxy.{pid,log}``, ``run/repo-http.{pid,log}``: the two package servers
@@ -36,7 +38,7 @@ import yaml
 
 from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.loader import load_cluster_text
-from gpuctl.lab import repo
+from gpuctl.lab import repo, wheelhouse
 from gpuctl.lab.sim import faults as sim_faults
 from gpuctl.lab.sim import kernel as sim_kernel
 from gpuctl.lab.sim import profiles as sim_profiles
@@ -428,6 +430,10 @@ def lab_cluster_text(compute_nodes: int, profile: str) -> str:
     # the lab's own key, absolute, so the file works from any directory
     text = text.replace("private_key: .gpuctl/lab/id_ed25519", f"private_key: {ssh_key()}")
     text = text.replace("known_hosts: .gpuctl/lab/known_hosts", f"known_hosts: {known_hosts()}")
+    text = text.replace(
+        "gpuctl_wheelhouse: /var/lib/gpuctl-lab/wheelhouse",
+        f"gpuctl_wheelhouse: {wheelhouse.wheelhouse_dir()}",
+    )
     hw = sim_profiles.load(profile)
     if profile == DEFAULT_PROFILE:
         return text  # the starter describes exactly this hardware (and keeps its comments)
@@ -584,6 +590,7 @@ def up(compute_nodes: int = 2, profile: str = DEFAULT_PROFILE) -> UpResult:
     started: list[str] = []
     _save_state(nodes)  # before anything is started: `down` must know what to remove
     repo.start_services()  # the apt proxy and the lab repository, on the bridge address
+    wheelhouse.build()  # gpuctl for the nodes' node check (they have no internet); cached
     for name, address, roles in nodes:
         ensure_node_network(name, address)
         repo.configure_node_apt(prepare_root(name, hosts, pub))

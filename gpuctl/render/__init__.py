@@ -17,6 +17,7 @@ import jinja2
 import yaml
 from ClusterShell.NodeSet import NodeSet
 
+from gpuctl import __version__
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds, nodes
 from gpuctl.config.model import Cluster, NodeGroup, RoceQos
@@ -37,6 +38,17 @@ except ImportError:  # pragma: no cover
 
 MANIFEST = ".gpuctl-rendered"
 HEADER = "# Managed by gpuctl from cluster.yml ({name}). Do not edit: re-run `gpuctl render`.\n"
+# slurm.health_check: the wrapper the gpuctl_node_check role installs (HealthCheckProgram), and
+# the copy of cluster.yml it copies to the nodes (/etc/gpuctl/cluster.yml)
+HEALTH_CHECK_PROGRAM = "/usr/local/sbin/gpuctl-node-check"
+NODE_CLUSTER_YML = "gpuctl/cluster.yml"
+# left out of the nodes' copy: node-check does not read them, URLs can carry credentials, and
+# health_check (enabled) would require the package sources that are left out
+_NODE_COPY_EXCLUDES: dict[str, Any] = {
+    "ssh": True,
+    "package_sources": True,
+    "slurm": {"health_check": True},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +118,22 @@ def render_files(cluster: Cluster) -> dict[str, str]:
         files[target] = env.get_template(template).render(ctx)
     if ctx["topology"] is not None:
         files["slurm/topology.conf"] = env.get_template("slurm/topology.conf.j2").render(ctx)
+    if cluster.slurm.health_check.enabled:
+        files[NODE_CLUSTER_YML] = node_cluster_yml(cluster)
     return dict(sorted(files.items()))
+
+
+def node_cluster_yml(cluster: Cluster) -> str:
+    """cluster.yml as `gpuctl node-check` reads it on the nodes: what the operator wrote (keys
+    left unset stay unset), without ``ssh``, ``package_sources`` (URLs may carry credentials,
+    and the file is world-readable there: 0644) and ``slurm.health_check``, none of which
+    node-check reads."""
+    doc = cluster.model_dump(mode="json", exclude_unset=True, exclude=_NODE_COPY_EXCLUDES)
+    note = (
+        "# gpuctl node-check's copy (without ssh, package_sources, slurm.health_check); installed\n"
+        "# on compute nodes as /etc/gpuctl/cluster.yml by the gpuctl_node_check role.\n"
+    )
+    return HEADER.format(name=cluster.name) + note + _dump(doc)
 
 
 def write_rendered(files: dict[str, str], directory: Path) -> RenderResult:
@@ -318,6 +345,7 @@ def _all_vars(cluster: Cluster) -> dict[str, Any]:
     sw = cluster.software
     src = cluster.package_sources
     slurm = cluster.slurm
+    health = slurm.health_check
     fm_version = sw.fabric_manager.version or sw.driver.version
     any_nvswitch = any(_interconnect(g) == "nvswitch" for g in cluster.node_groups)
     gpu_models = sorted({g.gpus.model.value for g in cluster.node_groups if g.gpus is not None})
@@ -377,6 +405,16 @@ def _all_vars(cluster: Cluster) -> dict[str, Any]:
         "slurm_controller_package_version": sw.slurm,
         "slurm_node_config_src": "{{ inventory_dir }}/slurm",
         "slurm_node_package_version": sw.slurm,
+        "slurm_node_health_check_program": HEALTH_CHECK_PROGRAM if health.enabled else "",
+        # gpuctl's node check on the compute nodes (slurm.health_check)
+        "gpuctl_node_check_enabled": health.enabled,
+        "gpuctl_node_check_version": __version__,
+        "gpuctl_node_check_wheelhouse": src.gpuctl_wheelhouse or "",
+        "gpuctl_node_check_index_url": src.pypi_index or "",
+        "gpuctl_node_check_http_proxy": src.http_proxy or "",
+        "gpuctl_node_check_cluster_src": "{{ inventory_dir }}/" + NODE_CLUSTER_YML,
+        "gpuctl_node_check_level": health.level,
+        "gpuctl_node_check_program": HEALTH_CHECK_PROGRAM,
     }
 
 
@@ -543,6 +581,15 @@ def _template_context(cluster: Cluster) -> dict[str, Any]:
         "gres": gres,
         "gres_autodetect": slurm.gres_autodetect,
         "has_gpus": any(g.gpus is not None for g in compute_groups),
+        "health_check": (
+            {
+                "program": HEALTH_CHECK_PROGRAM,
+                "interval_s": slurm.health_check.interval_s,
+                "node_state": ",".join(slurm.health_check.node_state),
+            }
+            if slurm.health_check.enabled
+            else None
+        ),
         "topology": topology,
         "extra": extra,
         "forks": max(5, min(node_count, 100)),

@@ -38,6 +38,7 @@ from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.derived import split_top_level
 from gpuctl.config.model import Cluster, Level
 from gpuctl.errors import EnvironmentProblem, UsageError
+from gpuctl.validation import multinode
 from gpuctl.validation import pairs as pairing
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.judges import ProbeOutput, judge_ib_write_bw
@@ -56,7 +57,7 @@ from gpuctl.validation.probes import (
     probes_for,
     wants_ib_write_bw,
 )
-from gpuctl.validation.results import ValidationReport, Verdict
+from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 from gpuctl.validation.suite import judge_directory
 
 T = TypeVar("T")
@@ -550,7 +551,8 @@ class _NodeState:
 
 @dataclass(frozen=True, slots=True)
 class ProgressEvent:
-    kind: str  # "node" (a node's probes are done), "pair" (an ib_write_bw pair is done)
+    kind: str  # "node" (a node's probes are done), "pair" (an ib_write_bw pair is done),
+    # "multinode" (a multi-node run of node group ``node`` is done)
     node: str = ""
     status: str = ""  # node: "ok" | "unreachable"; pair: "ok" | "failed"
     done: int = 0
@@ -586,6 +588,26 @@ class CollectResult:
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class MultinodePlan:
+    """Where and how phase 3 starts the multi-node runs (level long)."""
+
+    controller: Target
+    options: multinode.SrunOptions = field(default_factory=multinode.SrunOptions)
+
+
+def multinode_plan(cluster: Cluster) -> MultinodePlan:
+    """srun runs on ``validation.multinode.launch_node`` (default ``slurm.controller``) with
+    cluster.yml's ``validation.multinode``."""
+    address = {n.name: n.address or n.name for n in cluster_nodes(cluster)}
+    mn = cluster.validation.multinode
+    name = mn.launch_node or cluster.slurm.controller
+    return MultinodePlan(
+        Target(name, address.get(name, name)),
+        multinode.SrunOptions(mn.mpi, mn.partition, mn.reservation, mn.max_runs, mn.rank_per),
+    )
+
+
 def _iso(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -604,6 +626,7 @@ class Collector:
         become: bool = False,
         pair_rounds: int | None = None,
         on_progress: Callable[[ProgressEvent], None] | None = None,
+        multinode: MultinodePlan | None = None,
     ) -> None:
         if parallel < 1:
             raise UsageError("--parallel must be 1 or more")
@@ -614,6 +637,7 @@ class Collector:
         self.channels = max(1, channels)
         self.become = become
         self.pair_rounds = pair_rounds
+        self.multinode = multinode
         self.on_progress = on_progress or (lambda _e: None)
         self._done = 0
         self._count_lock = threading.Lock()
@@ -905,6 +929,64 @@ class Collector:
                 )
         return runs
 
+    # -- phase 3: multi-node nccl-tests through Slurm (level long; gpuctl/validation/multinode.py)
+
+    def _multinode(self, states: Mapping[str, _NodeState], out: Path) -> None:
+        plan = self.multinode
+        if plan is None or self._cancel.is_set():
+            return
+        reached = [n for n, st in states.items() if st.reached and st.unreachable is None]
+        groups = multinode.participants(self.exps, reached, self.level)
+        if not groups:
+            return
+        controller = plan.controller.node
+        try:
+            session = self.connector.connect(plan.controller)
+        except Unreachable as exc:
+            why = f"{controller}, where srun runs, cannot be reached: {exc.reason}"
+            multinode.write_not_measured(out, groups, why, write_atomic)
+            return
+        try:
+            argv = ("scontrol", "show", "node")
+            res = self._run(session, argv, multinode.SCONTROL_TIMEOUT_S)
+            slurm: dict[str, dict[str, Any]] | str
+            if res.rc != 0 or res.error is not None or res.timed_out:
+                said = res.error or ("timed out" if res.timed_out else _said(res.stderr))
+                slurm = f"scontrol show node on {controller}: exit {res.rc}: {said}"
+            else:
+                slurm = multinode.slurm_records(res.stdout.decode("utf-8", errors="replace"))
+            if isinstance(slurm, str):
+                multinode.write_not_measured(out, groups, slurm, write_atomic)
+                return
+            for group, nodes in sorted(groups.items()):
+                if self._cancel.is_set():
+                    return
+                done = 0
+
+                def report(run: multinode.RunOutcome, group: str = group) -> None:
+                    nonlocal done
+                    done += 1
+                    ok = run.busbw is not None and run.failure is None
+                    self.on_progress(
+                        ProgressEvent("multinode", group, "ok" if ok else "failed", done)
+                    )
+
+                multinode.collect_group(
+                    out,
+                    group,
+                    nodes,
+                    self.exps,
+                    lambda argv, timeout: self._run(session, argv, timeout),
+                    probe_meta,
+                    write_atomic,
+                    slurm=slurm,
+                    options=plan.options,
+                    on_run=report,
+                )
+        finally:
+            with contextlib.suppress(Exception):
+                session.close()
+
     # -- the whole run ---------------------------------------------------------------------
 
     def collect(self, targets: Sequence[Target], out: Path) -> CollectResult:
@@ -931,6 +1013,7 @@ class Collector:
             )
             pair_total = sum(1 for n, s in states.items() if s.reached and n in self._pair_nodes)
             runs = self._pairs(states, max(1, pair_total // 2))
+            self._multinode(states, out)
             for st in states.values():
                 st.write_meta()
         finally:
@@ -1064,10 +1147,24 @@ def _judge(
         k: ({n: v for n, v in val.items() if n in keep} if isinstance(val, dict) else val)
         for k, val in report.extra.items()
     }
+    # multi-node nccl-tests (level long): the locator replayed over the recorded runs
+    mn = multinode_plan(cluster).options
+    mn_results, mn_summary = multinode.judge_bundle_dir(
+        bundle, expectations(with_level(cluster, level)), mn
+    )
+    more: dict[str, list[CheckResult]] = {}
+    for r in mn_results:
+        more.setdefault(r.node, []).append(r)
+    if mn_summary:
+        extra["nccl_multinode"] = mn_summary
     return ValidationReport(
         cluster=report.cluster,
         level=report.level,
-        nodes=tuple(n for n in report.nodes if n.node in keep),
+        nodes=tuple(
+            NodeReport(n.node, n.checks + tuple(more.get(n.node, ())), n.unknown_fails)
+            for n in report.nodes
+            if n.node in keep
+        ),
         generated_at=report.generated_at,
         extra=extra,
     )
@@ -1113,6 +1210,7 @@ def validate(
         become=become,
         pair_rounds=pair_rounds,
         on_progress=on_progress,
+        multinode=multinode_plan(cluster),
     )
     got = collector.collect(targets, out)
     report = _judge(cluster, out, nodes, level, got.collected_at)

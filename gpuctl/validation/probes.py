@@ -18,7 +18,12 @@ an 8-GPU node are far lower.
   nodes, every HCA one after the other (at most 75 s per HCA, typically 2-3 s), in one round
   for an even count of nodes and two for an odd one, plus a retest round for failed pairs.
 - ``long`` (typically 30-60 min; budget 90 min): standard with ``dcgmi diag -r 3`` instead of
-  ``-r 2``. Multi-node nccl-tests through Slurm is not part of it (yet).
+  ``-r 2``; then, once per node group, multi-node nccl-tests all_reduce_perf through Slurm
+  (``srun`` on the controller, one rank per GPU) and, when that run is below its threshold,
+  the locator's runs on subsets of the nodes (:mod:`gpuctl.validation.multinode`). Those are
+  not per-node probes and not in this table: they run after every node's own probes, at most
+  ``validation.multinode.max_runs`` runs of at most 11 min each per group (typically one run
+  of a few minutes).
 """
 
 from __future__ import annotations

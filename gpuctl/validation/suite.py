@@ -79,8 +79,10 @@ def load_bundle(directory: Path, node_names: list[str]) -> dict[str, NodeBundle]
 
 
 def judge_node(
-    exp: NodeExpectation, bundle: NodeBundle, now: datetime | None = None
+    exp: NodeExpectation, bundle: NodeBundle, now: datetime | None = None, *, pairs: bool = True
 ) -> list[CheckResult]:
+    """Every check of one node. ``pairs=False`` leaves out ib_write_bw, which needs a second
+    node (`gpuctl node-check` checks a node alone)."""
     if bundle.unreachable is not None:
         return [
             CheckResult(
@@ -100,7 +102,7 @@ def judge_node(
             results += judge_xid(exp, bundle.outputs, now)
         else:
             results += judge(exp, bundle.outputs)
-    if exp.nics and exp.level != "quick":
+    if pairs and exp.nics and exp.level != "quick":
         results += judge_ib_write_bw(exp, bundle.ib_write_bw)
     return results
 

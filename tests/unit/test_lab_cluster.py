@@ -34,12 +34,14 @@ def test_lab_cluster_yml_matches_each_profile(
 def test_inventories_lab_yml_is_the_default_lab(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The example the docs point at is what `gpuctl lab up` writes (but for the key's path)."""
+    """The example the docs point at is what `gpuctl lab up` writes (but for the paths of the
+    key, the known hosts and the wheelhouse, which are under the lab directory)."""
     monkeypatch.setenv("GPUCTL_LAB_DIR", str(tmp_path))
     example = (Path(__file__).resolve().parents[2] / "inventories" / "lab.yml").read_text()
     running = lab.lab_cluster_text(2, lab.DEFAULT_PROFILE)
     key = str(lab.ssh_key())
     hosts = str(lab.known_hosts())
+    wheels = str(tmp_path / "wheelhouse")
     assert running == example.replace(".gpuctl/lab/id_ed25519", key).replace(
         ".gpuctl/lab/known_hosts", hosts
-    )
+    ).replace("/var/lib/gpuctl-lab/wheelhouse", wheels)

@@ -17,6 +17,7 @@ NCCL_TESTS_VERSION = "2.17.9"
 NCCL_CODE = "22602"  # NCCL 2.26.2
 GIB8 = 8 << 30
 LATENCY_US = 28.0
+LATENCY_NET_US = 64.0  # across nodes (InfiniBand hops)
 
 
 class ToolFailure(Exception):
@@ -79,31 +80,74 @@ def all_reduce_perf(profile: Profile, faults: Faults, node: str, args: NcclArgs)
             f" .. {node} pid {pid}: Test failure common.cu:891\n"
         )
     n = args.gpus
-    bus_factor = 2.0 * (n - 1) / n
     target = float(profile["expected"]["nccl_all_reduce_busbw_gbs"]) * nccl_factor(profile, faults)
+    ranks = []
+    for rank, gpu in enumerate(gpus[:n]):
+        busid = gpu.bus_id[4:].removesuffix(".0")  # 0000:18:00
+        ranks.append(
+            f"#  Rank {rank:>2} Group  0 Pid {pid:>6} on {node:>10} device {rank:>2} "
+            f"[{busid}] {gpu.name}"
+        )
+    wrong = int(faults.get("nccl_wrong") or 0)
+    return _render(args, n, target, node, ranks, wrong)
+
+
+def all_reduce_perf_ranks(args: NcclArgs, states: list[dict[str, Any]], per_node: int) -> str:
+    """Rank 0's output of a run across nodes (one process per GPU, ``-g 1``): ``states`` are
+    the nodes' reports (lab.sim.ranks), the busbw that of the slowest node. Raises ToolFailure
+    with a node's failure line when one cannot run."""
+    failures = [str(s["error"]) for s in states if s.get("error")]
+    if failures:
+        head = str(states[0].get("node"))
+        raise ToolFailure(
+            "\n".join(failures)
+            + f"\n .. {head} pid {states[0].get('pid')}: Test failure common.cu:891\n"
+        )
+    n = per_node * args.gpus * len(states)
+    ranks = []
+    for index, state in enumerate(states):
+        gpus = list(state.get("gpus") or [])
+        pid = int(state.get("pid") or 0)  # one process per srun task, -g GPUs each
+        for local in range(per_node * args.gpus):
+            rank = index * per_node * args.gpus + local
+            gpu = gpus[local] if local < len(gpus) else {"busid": "?", "name": "?"}
+            ranks.append(
+                f"#  Rank {rank:>2} Group  0 Pid {pid + local // args.gpus:>6} on "
+                f"{state.get('node')!s:>10} device {local:>2} [{gpu['busid']}] {gpu['name']}"
+            )
+    target = min(float(s.get("capacity") or 0.0) for s in states)
+    wrong = max(int(s.get("wrong") or 0) for s in states)
+    return _render(args, n, target, str(states[0].get("node")), ranks, wrong, LATENCY_NET_US)
+
+
+def _render(
+    args: NcclArgs,
+    n: int,
+    target: float,
+    seed: str,
+    ranks: list[str],
+    wrong: int,
+    latency_us: float = LATENCY_US,
+) -> str:
+    """nccl-tests' output for ``n`` ranks whose busbw at 8 GiB is ``target`` GB/s."""
+    bus_factor = 2.0 * (n - 1) / n
     # peak algbw (GB/s = bytes/ns) chosen so that busbw at 8 GiB is exactly the target
     if bus_factor and target > 0:
         alg_at_8g = target / bus_factor
-        peak = GIB8 / (GIB8 / alg_at_8g - LATENCY_US * 1e3)
+        peak = GIB8 / (GIB8 / alg_at_8g - latency_us * 1e3)
     else:
         peak = 900.0  # one GPU: a device-local copy
-    wrong = int(faults.get("nccl_wrong") or 0)
     lines = [
         f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={NCCL_CODE} "
         f"nccl-library={NCCL_CODE}",
         "# Collective test starting: all_reduce_perf",
-        f"# nThread 1 nGpus {n} minBytes {args.min_bytes} maxBytes {args.max_bytes} "
+        f"# nThread 1 nGpus {args.gpus} minBytes {args.min_bytes} maxBytes {args.max_bytes} "
         f"step: {args.factor}(factor) warmup iters: {args.warmup} iters: {args.iters} "
         f"agg iters: 1 validation: {args.check} graph: 0",
         "#",
         "# Using devices",
+        *ranks,
     ]
-    for rank, gpu in enumerate(gpus[:n]):
-        busid = gpu.bus_id[4:].removesuffix(".0")  # 0000:18:00
-        lines.append(
-            f"#  Rank {rank:>2} Group  0 Pid {pid:>6} on {node:>10} device {rank:>2} "
-            f"[{busid}] {gpu.name}"
-        )
     wrong_head = "#wrong" if args.check else " error"
     lines += [
         "#",
@@ -124,8 +168,8 @@ def all_reduce_perf(profile: Profile, faults: Faults, node: str, args: NcclArgs)
         count = size // elem
         cells = []
         for place in ("out", "in"):
-            time_us = LATENCY_US + size / (peak * 1e3)
-            time_us *= 1.0 + (digest(node, size, place) % 200 - 100) / 10_000.0
+            time_us = latency_us + size / (peak * 1e3)
+            time_us *= 1.0 + (digest(seed, size, place) % 200 - 100) / 10_000.0
             algbw = size / (time_us * 1e3)
             busbw = algbw * bus_factor
             if place == "out":

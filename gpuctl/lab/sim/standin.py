@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from . import dcgm, fabric, ib, kernel, mft, nvsmi, nvsmi_xml, peer, perf
+from . import dcgm, fabric, ib, kernel, mft, nvsmi, nvsmi_xml, peer, perf, ranks
 from .common import Faults, Profile, visible_gpus
 from .faults import FaultError, validate
 
@@ -393,12 +393,39 @@ def _all_reduce_perf(profile: Profile, faults: Faults, node: str, args: list[str
         values["max_bytes"] = max(values["min_bytes"], 32 << 20)
     if "max_bytes" in values and "min_bytes" not in values:
         values["min_bytes"] = min(values["max_bytes"], 32 << 20)
+    task = ranks.job(os.environ)
+    if task is not None:  # under srun with two or more tasks: see lab.sim.ranks
+        return _all_reduce_ranks(profile, faults, node, perf.NcclArgs(**values), task, io)
     try:
         io.out(perf.all_reduce_perf(profile, faults, node, perf.NcclArgs(**values)))
     except perf.ToolFailure as exc:
         io.out(exc.output)
         return exc.status
     return perf.nccl_exit_status(faults)
+
+
+def _all_reduce_ranks(
+    profile: Profile, faults: Faults, node: str, args: perf.NcclArgs, task: ranks.Job, io: _Out
+) -> int:
+    """One srun task of a run across nodes: rank 0 gathers every node's report and prints the
+    output; the first task of each other node reports its node; the rest print nothing."""
+    own = ranks.node_state(profile, faults, node, task.per_node * args.gpus)
+    if task.rank == 0:
+        states = ranks.gather(task, own)
+        try:
+            io.out(perf.all_reduce_perf_ranks(args, states, task.per_node))
+        except perf.ToolFailure as exc:
+            io.out(exc.output)
+            return exc.status
+        return 1 if any(int(s.get("wrong") or 0) for s in states) else 0
+    if task.local == 0 and not ranks.report(task, own):
+        io.out(f"{node}: NCCL WARN Bootstrap : no connection to rank 0 on port {task.port}\n")
+        return 1
+    if own["error"]:
+        if task.local == 0:
+            io.out(f"{own['error']}\n")
+        return 1
+    return 0
 
 
 _PERFTEST_VALUE = {"-d", "--ib-dev", "-s", "--size", "-n", "--iters", "-q", "--qp", "-i",

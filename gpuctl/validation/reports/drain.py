@@ -21,7 +21,9 @@ def _clean(text: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[\"'=\\]", "", text)).strip()
 
 
-def drain_reason(node: NodeReport) -> str | None:
+def drain_reason(node: NodeReport, prefix: str = PREFIX) -> str | None:
+    """``<prefix> <first failed check> <detail>`` (at most REASON_MAX characters), or None for
+    a node without problems. `gpuctl node-check` writes its own prefix (see nodecheck.py)."""
     problems = node.problems()
     if not problems:
         return None
@@ -30,7 +32,7 @@ def drain_reason(node: NodeReport) -> str | None:
     if first.subject:
         detail = f"{first.subject} {detail}"
     more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-    reason = _clean(f"{PREFIX} {first.check} {detail}")
+    reason = _clean(f"{prefix} {first.check} {detail}")
     if len(reason) + len(more) > REASON_MAX:
         reason = reason[: REASON_MAX - len(more) - 3].rstrip() + "..."
     return reason + more
