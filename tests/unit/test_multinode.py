@@ -31,6 +31,15 @@ __all__ = ["cluster_yml"]  # the fixture, shared with test_collect
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
 
 
+def per_gpu(cluster_yml: Path) -> Path:
+    """The lab starter without its `validation.multinode.rank_per: node` (the lab's 2-CPU nodes
+    need it): the default, one rank per GPU."""
+    text = cluster_yml.read_text(encoding="utf-8")
+    block = text[text.index("validation:\n  multinode:") : text.index("rollout:")]
+    cluster_yml.write_text(text.replace(block, ""), encoding="utf-8")
+    return cluster_yml
+
+
 def fixture_text(name: str) -> str:
     """A fixture's output: everything after its provenance header (up to the first '# ---')."""
     text = (FIXTURES / name).read_text(encoding="utf-8")
@@ -397,6 +406,7 @@ def run_long(cluster: Path, answer: Callable[[str, list[str]], FakeRunning]) -> 
 
 
 def test_long_healthy_runs_one_multinode_run_from_the_controller(cluster_yml: Path) -> None:
+    per_gpu(cluster_yml)
     sim = SlurmSim()
     res, conn = run_long(cluster_yml, sim)
     assert not res.failed, {n.node: [c.message for c in n.problems()] for n in res.report.nodes}
@@ -603,7 +613,7 @@ def test_a_stopped_collection_is_judged_unknown(cluster_yml: Path, tmp_path: Pat
 
 
 def test_one_rank_per_node_from_cluster_yml(cluster_yml: Path) -> None:
-    doc = cluster_yml.read_text(encoding="utf-8")
+    doc = per_gpu(cluster_yml).read_text(encoding="utf-8")
     block = "  multinode: {rank_per: node, launch_node: gpu002, partition: gpu}\n"
     cluster_yml.write_text(
         doc.replace("validation:\n", "validation:\n" + block, 1)
