@@ -125,7 +125,7 @@ class ClusterBackend:
         self.cluster_path = cluster_path
         self.cluster = cluster
         self.image = image
-        self._image_sha = _sha256(image) if image is not None else None
+        self._image_sha = sha256_of(image) if image is not None else None
         self.controller = cluster.slurm.controller
         self.address = {n.name: n.address or n.name for n in cluster_nodes(cluster)}
         self.become = False
@@ -358,7 +358,7 @@ class ClusterBackend:
         self._sleeper(seconds)
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -10,7 +10,6 @@ as for `gpuctl provision`. One rollout per cluster at a time (``rollouts/.lock``
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from gpuctl.rollout.cluster import (
     ClusterBackend,
     check_supported,
     provision_with_gpuctl,
+    sha256_of,
     validate_with_gpuctl,
 )
 from gpuctl.rollout.executor import Executor
@@ -151,14 +151,6 @@ class RolloutOptions:
         return {"cluster": self.cluster, "image": self.image, "image_sha256": self.image_sha256}
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 BackendFactory = Callable[[Path, Cluster, Path | None, Path], Backend]
 
 
@@ -204,16 +196,35 @@ def make_plan(
     """Read every node in scope and plan; changes nothing."""
     cluster = load_cluster(cluster_path)
     check_supported(cluster, component, target, image)
+    factory = backend_factory or cluster_backend
+    where = work_dir or Path(".")
+    plan = _read_and_plan(
+        cluster_path, cluster, component, target, limit, flags, image, factory, where
+    )
+    return PlanResult(plan)
+
+
+def _read_and_plan(
+    cluster_path: Path,
+    cluster: Cluster,
+    component: Component,
+    target: str,
+    limit: str | None,
+    flags: PolicyOverrides | None,
+    image: Path | None,
+    factory: BackendFactory,
+    work_dir: Path,
+) -> Plan:
+    """Read every node in scope through a backend of its own (closed after) and plan."""
     policy = policy_for(cluster, flags or PolicyOverrides())
     nodes = scope(cluster, limit)
-    factory = backend_factory or cluster_backend
-    backend = factory(cluster_path, cluster, image, work_dir or Path("."))
+    backend = factory(cluster_path, cluster, image, work_dir)
     try:
         slurm, versions = read_nodes(backend, nodes, component)
     finally:
         _close(backend)
     try:
-        return PlanResult(plan_rollout(nodes, slurm, versions, component, target, policy))
+        return plan_rollout(nodes, slurm, versions, component, target, policy)
     except RolloutError as exc:
         raise UsageError(str(exc)) from None
 
@@ -257,18 +268,10 @@ def apply(
                     f"rollout {old.rollout_id} is {old.status}: `gpuctl rollout resume` or "
                     "`gpuctl rollout abort` it first"
                 )
-        policy = policy_for(cluster, flags or PolicyOverrides())
-        nodes = scope(cluster, limit)
         factory = backend_factory or cluster_backend
-        probe_backend = factory(cluster_path, cluster, image, state)
-        try:
-            slurm, versions = read_nodes(probe_backend, nodes, component)
-        finally:
-            _close(probe_backend)
-        try:
-            plan = plan_rollout(nodes, slurm, versions, component, target, policy)
-        except RolloutError as exc:
-            raise UsageError(str(exc)) from None
+        plan = _read_and_plan(
+            cluster_path, cluster, component, target, limit, flags, image, factory, state
+        )
         if plan.problems:
             names = ", ".join(f"{p.node} ({p.reason})" for p in plan.problems)
             raise UsageError(f"cannot plan these nodes, nothing started: {names}")
@@ -276,7 +279,7 @@ def apply(
         options = RolloutOptions(
             str(cluster_path.resolve()),
             str(image.resolve()) if image is not None else None,
-            _sha256(image) if image is not None else None,
+            sha256_of(image) if image is not None else None,
         )
         write_atomic(store.directory / OPTIONS, json.dumps(options.to_json(), indent=2) + "\n")
         if on_started is not None:
@@ -331,7 +334,7 @@ def resume(
             raise UsageError(f"rollout {current.rollout_id} is done; nothing to resume")
         opts = _options(store)
         image = Path(opts.image) if opts.image is not None else None
-        if image is not None and (not image.is_file() or _sha256(image) != opts.image_sha256):
+        if image is not None and (not image.is_file() or sha256_of(image) != opts.image_sha256):
             raise UsageError(f"{image}: missing or changed since the rollout started")
         flags = flags or PolicyOverrides()
         if flags.batching_given():
