@@ -47,6 +47,9 @@ _SHARED_ORDER = (
     "test_lab_faults",
     "test_lab_node_check",
     "test_lab_rollout",
+    "test_lab_bmc",
+    "test_lab_rollout_bmc",
+    "test_lab_rollout_driver",
     "test_lab_multinode",
 )
 

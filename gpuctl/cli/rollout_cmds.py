@@ -47,7 +47,10 @@ LimitOpt = Annotated[
 ImageOpt = Annotated[
     Path | None,
     typer.Option(
-        "--image", help="Firmware image (nic-firmware), copied to each node.", dir_okay=False
+        "--image",
+        help="Firmware image or package: nic-firmware (copied to each node and burned with "
+        "mlxfwmanager), gpu-firmware and bmc-firmware (pushed to each node's BMC over Redfish).",
+        dir_okay=False,
     ),
 ]
 StateOpt = Annotated[
@@ -118,12 +121,26 @@ def _plan_table(plan: Plan) -> Table:
     return table
 
 
+_UPDATE_STEPS = {
+    Component.NIC_FIRMWARE: "copy the image, mlxfwmanager burns it -> reboot",
+    Component.GPU_FIRMWARE: "push the package to the BMC (Redfish), GPUs flashed -> power-cycle",
+    Component.BMC_FIRMWARE: "push the package to the BMC (Redfish) -> the BMC resets itself "
+    "(the host keeps running)",
+    Component.DRIVER: "gpuctl provision (nvidia_driver, fabric_manager) -> reboot",
+}
+
+
 def _plan_summary(plan: Plan) -> str:
     updates = [e for e in plan.nodes if e.action is Action.UPDATE]
+    p = plan.policy
     return (
         f"{len(updates)} of {plan.in_scope} nodes to update in {len(plan.batches)} batches; at "
         f"most {plan.max_unavailable} out of service at once; halt after "
-        f"{plan.policy.failure_threshold} failed; validation: {plan.policy.validate_level}"
+        f"{p.failure_threshold} failed; validation: {p.validate_level}\n"
+        f"each node: drain -> wait for its jobs (at most {p.drain_timeout_s:g} s) -> "
+        f"{_UPDATE_STEPS[plan.component]} -> back and at {plan.target} (at most "
+        f"{p.reboot_timeout_s:g} s) -> validate ({p.validate_level}) -> resume; on failure it "
+        "stays drained"
     )
 
 

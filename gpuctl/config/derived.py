@@ -17,6 +17,7 @@ class Node:
     group: str
     roles: tuple[str, ...]
     address: str | None
+    bmc_address: str | None = None
 
 
 def nodes(cluster: Cluster) -> list[Node]:
@@ -26,8 +27,12 @@ def nodes(cluster: Cluster) -> list[Node]:
         names = group.node_names()
         given = group.address_list()
         addrs: list[str | None] = list(given) if given else [None] * len(names)
+        bmc = group.bmc_address_list()
+        bmcs: list[str | None] = list(bmc) if bmc else [None] * len(names)
         roles = tuple(r.value for r in group.roles)
-        out.extend(Node(n, group.name, roles, a) for n, a in zip(names, addrs, strict=True))
+        out.extend(
+            Node(n, group.name, roles, a, b) for n, a, b in zip(names, addrs, bmcs, strict=True)
+        )
     return out
 
 

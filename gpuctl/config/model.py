@@ -322,6 +322,11 @@ class Software(_Strict):
     slurm: Version | None = Field(
         None, description="Slurm version to install; null = the distribution's package."
     )
+    mft: Version | None = Field(
+        None,
+        description="NVIDIA Firmware Tools (package `mft`, from the site's DOCA/MLNX mirror), "
+        "for `gpuctl rollout --component nic-firmware`; null = not installed by gpuctl.",
+    )
 
     @model_validator(mode="after")
     def _cuda_major_minor(self) -> Software:
@@ -511,6 +516,12 @@ class NodeGroup(_Strict):
     slurm: GroupSlurm = Field(
         default_factory=lambda: GroupSlurm(), description="Slurm node settings."
     )
+    bmc_addresses: NodeSetStr | None = Field(
+        None,
+        description="BMC (Redfish) addresses as a node set, one per node, paired with `nodes` "
+        "like `addresses`; needed by `gpuctl rollout` for gpu-firmware and bmc-firmware "
+        "(settings in the top-level `bmc`). null = no BMC access.",
+    )
 
     def node_names(self) -> list[str]:
         return expand(self.nodes)
@@ -518,6 +529,10 @@ class NodeGroup(_Strict):
     def address_list(self) -> list[str] | None:
         """Addresses in the order written; the i-th belongs to the i-th name of ``nodes``."""
         return expand_in_order(self.addresses) if self.addresses is not None else None
+
+    def bmc_address_list(self) -> list[str] | None:
+        """BMC addresses in the order written; the i-th belongs to the i-th name of ``nodes``."""
+        return expand_in_order(self.bmc_addresses) if self.bmc_addresses is not None else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -817,6 +832,88 @@ class Rollout(_Strict):
     )
 
 
+class BmcCredentials(_Strict):
+    """Where the BMC user and password come from: never cluster.yml itself.
+
+    With `vault_file` set, that file (an Ansible Vault encrypted YAML mapping with `username`
+    and `password`) is decrypted with the vault password file; otherwise the two environment
+    variables are read.
+    """
+
+    username_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = Field(
+        "GPUCTL_BMC_USERNAME", description="Environment variable holding the BMC user name."
+    )
+    password_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = Field(
+        "GPUCTL_BMC_PASSWORD", description="Environment variable holding the BMC password."
+    )
+    vault_file: str | None = Field(
+        None,
+        min_length=1,
+        description="Ansible Vault encrypted YAML with `username` and `password` (relative to "
+        "the folder of cluster.yml, `~` expanded); null = use the environment.",
+    )
+    vault_password_file: str | None = Field(
+        None,
+        min_length=1,
+        description="File holding the vault password (mode 0600 or stricter); null = "
+        "`ANSIBLE_VAULT_PASSWORD_FILE` from the environment.",
+    )
+
+
+class Bmc(_Strict):
+    """How gpuctl talks to the nodes' BMCs over Redfish (HTTPS, certificates checked).
+
+    Used by `gpuctl rollout` for `gpu-firmware` (HGX GPU firmware through the BMC's
+    UpdateService, activated by a power cycle) and `bmc-firmware`. Addresses are per node group
+    (`node_groups[].bmc_addresses`).
+    """
+
+    credentials: BmcCredentials = Field(
+        default_factory=lambda: BmcCredentials(), description="Where the credentials come from."
+    )
+    port: Port = Field(443, description="HTTPS port of the Redfish service.")
+    ca_bundle: str | None = Field(
+        None,
+        min_length=1,
+        description="PEM file of the CAs that signed the BMCs' certificates (relative to the "
+        "folder of cluster.yml); null = the system's trust store.",
+    )
+    verify_tls: bool = Field(
+        True,
+        description="Check BMC certificates. false accepts any certificate (a man in the middle "
+        "would get the BMC password): only for a lab you own.",
+    )
+    request_timeout_s: int = Field(30, ge=1, le=600, description="Timeout of one request.")
+    update_timeout_s: int = Field(
+        3600, ge=60, description="Longest wait for a firmware update task to finish."
+    )
+    system_id: str | None = Field(
+        None,
+        min_length=1,
+        description="Redfish ComputerSystem Id to power cycle; null = the service's only one.",
+    )
+    manager_id: str | None = Field(
+        None, min_length=1, description="Redfish Manager Id of the BMC; null = the only one."
+    )
+    gpu_inventory_prefix: str = Field(
+        "HGX_FW_GPU_",
+        min_length=1,
+        description="FirmwareInventory Ids of the GPUs start with this (HGX: "
+        "`HGX_FW_GPU_SXM_1` ...); their versions are the node's GPU firmware.",
+    )
+    bmc_inventory_id: str | None = Field(
+        None,
+        min_length=1,
+        description="FirmwareInventory Id of the BMC image, the update's target; null = "
+        "no Targets (the BMC picks the components the package holds).",
+    )
+    power_cycle: Literal["PowerCycle", "ForceRestart", "AuxPowerCycle"] = Field(
+        "PowerCycle",
+        description="ComputerSystem.Reset type that activates new GPU firmware "
+        "(the GPUs must lose power; a warm reboot keeps the old firmware).",
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Root
 
@@ -842,6 +939,10 @@ class Cluster(_Strict):
         default_factory=lambda: Validation(), description="Validation defaults."
     )
     rollout: Rollout = Field(default_factory=lambda: Rollout(), description="Rollout defaults.")
+    bmc: Bmc = Field(
+        default_factory=lambda: Bmc(),
+        description="Redfish access to the BMCs named by `node_groups[].bmc_addresses`.",
+    )
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> Cluster:

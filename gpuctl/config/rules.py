@@ -135,6 +135,32 @@ def _addresses(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
                 out.append((loc, f"{addr!r} is not an IP address"))
             seen.append((addr, loc))
     _dupes(seen, "address", out)
+    bmcs: list[tuple[str, Loc]] = []
+    for i, group in enumerate(cluster.node_groups):
+        addrs = group.bmc_address_list()
+        if addrs is None:
+            continue
+        loc = ("node_groups", i, "bmc_addresses")
+        n_nodes = len(group.node_names())
+        if len(addrs) != n_nodes:
+            out.append((loc, f"{len(addrs)} BMC addresses for {n_nodes} nodes; give one per node"))
+        for addr in addrs:
+            if not _ip_or_hostname(addr):
+                out.append((loc, f"{addr!r} is neither an IP address nor a host name"))
+            bmcs.append((addr, loc))
+    _dupes(bmcs, "BMC address", out)
+
+
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+
+
+def _ip_or_hostname(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return bool(_HOSTNAME.match(text)) and not text.replace(".", "").isdigit()
+    return True
 
 
 def _gpus(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:

@@ -397,6 +397,8 @@ def _all_vars(cluster: Cluster) -> dict[str, Any]:
         "rdma_doca_version": sw.rdma.doca_version,
         "rdma_doca_repo_url": src.doca,
         "rdma_peermem": sw.rdma.peermem,
+        # NVIDIA Firmware Tools for `gpuctl rollout --component nic-firmware`; null: none
+        "mft_version": sw.mft,
         # the key is adopted from the first host and never leaves the nodes' own files
         "munge_key_generate": True,
         "munge_key_source_host": slurm.controller,

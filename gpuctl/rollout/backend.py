@@ -75,10 +75,13 @@ class Versions:
 
     ``running``: the active version (None: could not be determined; gpuctl then never treats the
     node as at target). ``pending``: installed or flashed but not active yet (None: nothing).
+    ``pending_known``: False where the tool cannot show a staged version (Redfish for HGX GPU
+    firmware): ``pending`` None then means "cannot tell", not "nothing".
     """
 
     running: str | None
     pending: str | None = None
+    pending_known: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,11 @@ Components this backend can apply:
   cluster.yml's pinned version, which must be the rollout's target (one source of truth: a
   rollout never installs a version that a later `gpuctl provision` would undo).
 
-``gpu-firmware`` and ``bmc-firmware`` go through the node's BMC (nvfwupd or Redfish); cluster.yml
-has no BMC addresses or credentials yet, so this backend refuses them up front
-(:func:`check_supported`) instead of failing node after node.
+- ``gpu-firmware`` and ``bmc-firmware``: through the node's BMC over Redfish
+  (:mod:`gpuctl.rollout.bmc`): the package (``--image``) is pushed to the BMC, GPU firmware is
+  activated by a power cycle (``ComputerSystem.Reset``), BMC firmware by the BMC's own reset.
+  Every node in scope needs ``bmc_addresses`` and the credentials must load, checked up front
+  (:func:`check_supported`) instead of failing node after node.
 
 Nothing here logs or returns credentials; the SSH key path stays in the SSH settings.
 """
@@ -35,6 +37,7 @@ from gpuctl.config.model import Cluster
 from gpuctl.errors import UsageError
 from gpuctl.rollout import tools
 from gpuctl.rollout.backend import BackendError, SlurmNode, ValidationOutcome, Versions
+from gpuctl.rollout.bmc import BmcAccess, check_bmc_access
 from gpuctl.rollout.model import Component, Restart
 from gpuctl.validation.collect import (
     Connector,
@@ -52,26 +55,28 @@ REMOTE_DIR = "/var/tmp/gpuctl-rollout"  # noqa: S108 - root-owned dir made 0700 
 COMMAND_TIMEOUT_S = 120
 FLASH_TIMEOUT_S = 1800  # mlxfwmanager burns one image per adapter; minutes each
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-SUPPORTED = (Component.NIC_FIRMWARE, Component.DRIVER)
+IMAGE_COMPONENTS = (Component.NIC_FIRMWARE, Component.GPU_FIRMWARE, Component.BMC_FIRMWARE)
+BMC_COMPONENTS = (Component.GPU_FIRMWARE, Component.BMC_FIRMWARE)
 
 
 def check_supported(
-    cluster: Cluster, component: Component, target: str, image: Path | None
+    cluster_path: Path,
+    cluster: Cluster,
+    component: Component,
+    target: str,
+    image: Path | None,
+    nodes: Sequence[str],
 ) -> None:
     """Refuse what this backend cannot do before anything is touched (UsageError, exit 2)."""
-    if component not in SUPPORTED:
-        raise UsageError(
-            f"{component}: updates through the BMC (nvfwupd, Redfish) need BMC addresses and "
-            "credentials, which cluster.yml cannot describe yet; supported: "
-            + ", ".join(str(c) for c in SUPPORTED)
-        )
-    if component is Component.NIC_FIRMWARE:
+    if component in IMAGE_COMPONENTS:
         if image is None:
-            raise UsageError("nic-firmware: give the firmware image with --image FILE")
+            raise UsageError(f"{component}: give the firmware image with --image FILE")
         if not image.is_file():
             raise UsageError(f"--image: {image} is not a file")
     elif image is not None:
-        raise UsageError(f"--image applies to nic-firmware only, not {component}")
+        raise UsageError(f"--image applies to firmware components, not {component}")
+    if component in BMC_COMPONENTS:
+        check_bmc_access(cluster_path, cluster, list(nodes))
     if component is Component.DRIVER and cluster.software.driver.version != target:
         raise UsageError(
             f"driver: --to {target} but cluster.yml pins software.driver.version "
@@ -119,6 +124,7 @@ class ClusterBackend:
         provision_fn: ProvisionFn | None = None,
         validate_fn: ValidateFn | None = None,
         connector: Connector | None = None,
+        bmc: BmcAccess | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleeper: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -134,6 +140,7 @@ class ClusterBackend:
             self.become = settings.become
             connector = ParamikoConnector(settings)
         self.connector = connector
+        self.bmc = bmc if bmc is not None else BmcAccess(cluster_path, cluster)
         self._provision = provision_fn
         self._validate = validate_fn
         self._clock = clock
@@ -250,6 +257,10 @@ class ClusterBackend:
             running = tools.parse_driver_running(smi.stdout, smi.result.rc or 0)
             installed = self._driver_installed(node)
             return Versions(running=running, pending=installed if installed != running else None)
+        if component is Component.GPU_FIRMWARE:
+            return self.bmc.gpu_versions(node)
+        if component is Component.BMC_FIRMWARE:
+            return self.bmc.bmc_versions(node)
         raise BackendError(f"{component}: not supported by this backend")
 
     def _driver_installed(self, node: str) -> str:
@@ -281,6 +292,14 @@ class ClusterBackend:
                 why = self._provision(node)
             if why is not None:
                 raise BackendError(f"driver: gpuctl provision of {node}: {why}")
+            return
+        if component in BMC_COMPONENTS:
+            if self.image is None:
+                raise BackendError(f"{component}: no image given")
+            if component is Component.GPU_FIRMWARE:
+                self.bmc.update_gpus(node, self.image)
+            else:
+                self.bmc.update_bmc(node, self.image)
             return
         raise BackendError(f"{component}: not supported by this backend")
 
@@ -319,8 +338,16 @@ class ClusterBackend:
     def restart(self, node: str, kind: Restart) -> None:
         if kind is Restart.NONE:
             return
-        if kind is not Restart.REBOOT:
-            raise BackendError(f"{node}: {kind} needs the BMC, which cluster.yml does not name")
+        if kind is Restart.POWER_CYCLE:
+            # the boot id tells wait_up the cycle happened; a node whose OS does not answer
+            # is power cycled all the same (then "back" means reachable again)
+            try:
+                self._boot_ids[node] = self._checked(node, ["cat", BOOT_ID], 15).strip()
+            except BackendError:
+                self._boot_ids.pop(node, None)
+            self.bmc.power_cycle(node)
+            self._forget(node)
+            return
         self._boot_ids[node] = self._checked(node, ["cat", BOOT_ID]).strip()
         # the reboot ends the connection: its exit status is not awaited; wait_up checks the
         # boot id changed

@@ -56,8 +56,9 @@ killed run would have.
 Resume. ``run()`` on a state loaded from disk first reconciles the nodes that were in flight
 (they form the first wave) with what the cluster shows, instead of repeating blindly: a node in
 ``draining`` already drained with gpuctl's reason goes on, one drained by someone else is left;
-``restarting`` restarts again only when the target is pending and not running (a node that does
-not answer is waited for); every other phase re-reads before acting (``applying`` applies only
+``restarting`` restarts again only when the target is pending and not running, or when the
+staged version cannot be seen and the target is not running (a node that does not answer is
+waited for); every other phase re-reads before acting (``applying`` applies only
 when neither version is the target; ``resuming`` resumes only a node still drained with gpuctl's
 reason), so no update is applied twice. A wait that was interrupted starts its timeout afresh:
 monotonic clocks do not survive a restart.
@@ -521,8 +522,10 @@ class Executor:
                     node, Phase.WAITING_UP, AuditEvent("reconciled", node, {"found": str(exc)})
                 )
                 return
-            if v.running == self._target or v.pending != self._target:
-                # it restarted already (or the new version is gone: verifying says so)
+            if v.running == self._target or (v.pending_known and v.pending != self._target):
+                # it restarted already (or the new version is gone: verifying says so); where
+                # the staged version cannot be seen, the restart is issued (again): a second
+                # power cycle of a drained node is harmless, skipping a needed one is not
                 self._advance(
                     node,
                     Phase.VERIFYING,

@@ -195,7 +195,7 @@ def make_plan(
 ) -> PlanResult:
     """Read every node in scope and plan; changes nothing."""
     cluster = load_cluster(cluster_path)
-    check_supported(cluster, component, target, image)
+    check_supported(cluster_path, cluster, component, target, image, scope(cluster, limit))
     factory = backend_factory or cluster_backend
     where = work_dir or Path(".")
     plan = _read_and_plan(
@@ -257,7 +257,7 @@ def apply(
     """Plan, record and run a new rollout. Refuses while an earlier one is unfinished (resume or
     abort it first) and when the plan has nodes whose state could not be read."""
     cluster = load_cluster(cluster_path)
-    check_supported(cluster, component, target, image)
+    check_supported(cluster_path, cluster, component, target, image, scope(cluster, limit))
     state = state_dir_for(cluster_path, state_dir)
     with cluster_lock(state):
         previous = current_rollout(state)

@@ -714,7 +714,10 @@ def parse_driver_installed(
             raise _fail(tool, f"unexpected line {line[:120]!r}")
         if family == "deb":
             name, status, version = cells
-            if status.strip() != "ii":
+            # want/status/error flags: installed is "i" then no error; "h" (held, as gpuctl's
+            # roles hold the driver) or "i" wanted
+            flags = status.ljust(3)
+            if flags[0] not in "ih" or flags[1] != "i" or flags[2].strip():
                 raise _fail(tool, f"{name} is not installed (status {status.strip() or 'none'!r})")
             found.setdefault(name, []).append(_debian_upstream(version))
         else:

@@ -66,12 +66,6 @@ def ansible(
 GPUCTL = str(Path(sys.executable).parent / "gpuctl")
 COMPUTE = ("gpu001", "gpu002", "gpu003")
 NODES = ("ctl01", *COMPUTE)
-_SHARED_ORDER = (
-    "test_lab_provision",
-    "test_lab_acceptance",
-    "test_lab_validate",
-    "test_lab_faults",
-)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from lab_helpers import COMPUTE, GPUCTL, ProvisionedLab, gpuctl, sh
 
+from gpuctl.config import load_cluster
 from gpuctl.lab import lab
 
 pytestmark = pytest.mark.lab
@@ -41,6 +42,15 @@ def fw(node: str) -> tuple[str, str]:
     flashed = re.search(r"^\s+FW\s+(\S+)", text, re.M)
     assert flashed is not None, text
     return (running.group(1) if running else flashed.group(1)), flashed.group(1)
+
+
+def verbs_fw(node: str) -> tuple[str, ...]:
+    """The distinct firmware versions the node's HCAs report to ibstat and ibv_devinfo."""
+    ibstat = re.findall(r"^\s+Firmware version: (\S+)$", on(node, "ibstat"), re.M)
+    devinfo = re.findall(r"^\s+fw_ver:\s+(\S+)$", on(node, "ibv_devinfo"), re.M)
+    assert ibstat
+    assert devinfo
+    return tuple(sorted(set(ibstat) | set(devinfo)))
 
 
 def psid(node: str) -> str:
@@ -112,10 +122,13 @@ def apply(version: str, tmp: Path, *more: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster(provisioned_lab: ProvisionedLab) -> Iterator[Path]:
-    # MFT is not installed by gpuctl's roles (an operator installs NVIDIA's MFT, or DOCA's
-    # `mft` package, where firmware is managed); the lab repository carries its stand-in
+    # the provision installed MFT (the mft role, software.mft in the lab's cluster.yml) from the
+    # lab repository's stand-in, at the pinned version and held
+    pin = load_cluster(provisioned_lab.cluster).software.mft
+    assert pin is not None
     for node in COMPUTE:
-        on(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q mft >/dev/null", 300)
+        assert on(node, "dpkg-query -W mft").split() == ["mft", pin]
+        assert "mft" in on(node, "apt-mark showhold").split()
     wait_idle()
     yield provisioned_lab.cluster
     for node in COMPUTE:
@@ -143,6 +156,8 @@ def test_a_rollout_waits_for_the_running_job_and_updates_every_node(
     assert {n: s["phase"] for n, s in state["nodes"].items()} == dict.fromkeys(COMPUTE, "done")
     # the new firmware runs (it became active with the reboot), nothing is pending
     assert {n: fw(n) for n in COMPUTE} == dict.fromkeys(COMPUTE, (version, version))
+    # and so do ibstat and ibv_devinfo (the simulator keeps one firmware state per HCA)
+    assert {n: verbs_fw(n) for n in COMPUTE} == dict.fromkeys(COMPUTE, (version,))
     wait_idle()
     lines = audit(tmp_path / "s")
     mine = [x for x in lines if x.get("node") == "gpu002"]

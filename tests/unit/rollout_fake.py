@@ -56,6 +56,7 @@ class Script:
     validation_fail: bool = False
     versions_unreadable: bool = False  # versions() always fails
     wrong_version: bool = False  # the restart discards the pending version
+    pending_hidden: bool = False  # versions() cannot show a staged version (Redfish, HGX GPUs)
 
 
 @dataclass
@@ -233,6 +234,8 @@ class FakeBackend:
                     raise BackendError(
                         f"{node}: cannot read the {component} version: exit status 2"
                     )
+                if n.script.pending_hidden:
+                    return Versions(n.running.get(component), None, pending_known=False)
                 return Versions(n.running.get(component), n.pending.get(component))
             finally:
                 self._leave()

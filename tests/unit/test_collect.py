@@ -256,6 +256,7 @@ def test_standard_runs_nccl_dcgm_and_ib_write_bw_between_pairs(cluster_yml: Path
 def test_a_failed_pair_is_retested_against_a_good_node(cluster_yml: Path, tmp_path: Path) -> None:
     doc = cluster_yml.read_text().replace('nodes: "gpu[001-003]"', 'nodes: "gpu[001-004]"')
     doc = doc.replace('addresses: "198.18.0.[11-13]"', 'addresses: "198.18.0.[11-14]"')
+    doc = doc.replace('addresses: "198.18.1.[11-13]"', 'addresses: "198.18.1.[11-14]"')
     cluster_yml.write_text(doc)
     conn = FakeConnector(Sim({"gpu004": fault("slow_node", "0.5")}))
     res = validate(cluster_yml, level="standard", out=tmp_path / "b", connector=conn)
@@ -441,6 +442,7 @@ def test_probe_commands_are_quoted_and_bounded_on_the_node() -> None:
 def test_concurrency_is_bounded_by_parallel(cluster_yml: Path, tmp_path: Path) -> None:
     doc = cluster_yml.read_text().replace('nodes: "gpu[001-003]"', 'nodes: "gpu[001-024]"')
     doc = doc.replace('addresses: "198.18.0.[11-13]"', 'addresses: "198.18.0.[11-34]"')
+    doc = doc.replace('addresses: "198.18.1.[11-13]"', 'addresses: "198.18.1.[11-34]"')
     cluster_yml.write_text(doc)
     conn = FakeConnector(Sim(), connect_delay=0.02)
     res = validate(cluster_yml, level="quick", out=tmp_path / "b", connector=conn, parallel=5)

@@ -199,9 +199,24 @@ def test_resume_refuses_new_batching(cluster_yml: Path, image: Path, fake: FakeB
     assert "No such option" in err or "fixed once planned" in err
 
 
-def test_gpu_firmware_is_refused_with_the_reason(cluster_yml: Path, fake: FakeBackend) -> None:
-    code, _, err = invoke(
-        "rollout", "plan", str(cluster_yml), "--component", "gpu-firmware", "--to", "1.2"
-    )
+def test_gpu_firmware_needs_a_package_and_the_bmc_credentials(
+    cluster_yml: Path, image: Path, fake: FakeBackend
+) -> None:
+    base = ("rollout", "plan", str(cluster_yml), "--component", "gpu-firmware", "--to", "1.2")
+    code, _, err = invoke(*base)
     assert code == 2
-    assert "BMC addresses and credentials" in err
+    assert "gpu-firmware: give the firmware image with --image FILE" in err
+    # the lab starter names a CA and a vault file that are not there: refused before any node
+    # is read
+    code, _, err = invoke(*base, "--image", str(image))
+    assert code == 2
+    assert "bmc.ca_bundle:" in err
+    assert "ca.pem is not a file" in err
+    ca = cluster_yml.parent / ".gpuctl/lab/bmc/ca.pem"
+    ca.parent.mkdir(parents=True)
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    code, _, err = invoke(*base, "--image", str(image))
+    assert code == 2
+    assert "vault password file" in err
+    assert "Traceback" not in err
+    assert fake.count == 0

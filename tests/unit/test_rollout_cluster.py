@@ -126,27 +126,27 @@ def backend(cluster_yml: Path, script: Script, **kw: object) -> ClusterBackend:
 # -- refusals before anything runs ----------------------------------------------------------
 
 
-def test_components_through_the_bmc_are_refused_up_front(cluster_yml: Path) -> None:
+def test_firmware_components_need_an_image_file(cluster_yml: Path, tmp_path: Path) -> None:
     cluster = load_cluster(cluster_yml)
-    for component in (Component.GPU_FIRMWARE, Component.BMC_FIRMWARE):
-        with pytest.raises(UsageError, match="BMC addresses and credentials"):
-            check_supported(cluster, component, "1.0", None)
-
-
-def test_nic_firmware_needs_an_image_file(cluster_yml: Path, tmp_path: Path) -> None:
-    cluster = load_cluster(cluster_yml)
-    with pytest.raises(UsageError, match="--image FILE"):
-        check_supported(cluster, Component.NIC_FIRMWARE, "28.41.1000", None)
-    with pytest.raises(UsageError, match="is not a file"):
-        check_supported(cluster, Component.NIC_FIRMWARE, "28.41.1000", tmp_path / "nope.bin")
+    nodes = ["gpu001"]
+    for component in (Component.NIC_FIRMWARE, Component.GPU_FIRMWARE, Component.BMC_FIRMWARE):
+        with pytest.raises(UsageError, match=f"{component}: give the firmware image"):
+            check_supported(cluster_yml, cluster, component, "28.41.1000", None, nodes)
+        with pytest.raises(UsageError, match="is not a file"):
+            check_supported(
+                cluster_yml, cluster, component, "28.41.1000", tmp_path / "nope.bin", nodes
+            )
+    version = cluster.software.driver.version
+    with pytest.raises(UsageError, match="--image applies to firmware components, not driver"):
+        check_supported(cluster_yml, cluster, Component.DRIVER, version, cluster_yml, nodes)
 
 
 def test_a_driver_rollout_must_target_the_version_cluster_yml_pins(cluster_yml: Path) -> None:
     cluster = load_cluster(cluster_yml)
     pinned = cluster.software.driver.version
-    check_supported(cluster, Component.DRIVER, pinned, None)
+    check_supported(cluster_yml, cluster, Component.DRIVER, pinned, None, ["gpu001"])
     with pytest.raises(UsageError, match=f"pins software.driver.version {pinned}"):
-        check_supported(cluster, Component.DRIVER, "999.1.1", None)
+        check_supported(cluster_yml, cluster, Component.DRIVER, "999.1.1", None, ["gpu001"])
 
 
 # -- Slurm ------------------------------------------------------------------------------------
@@ -316,9 +316,53 @@ def test_a_node_that_stays_away_is_not_up(cluster_yml: Path) -> None:
     assert 120 <= b.now() < 130
 
 
-def test_a_power_cycle_needs_the_bmc(cluster_yml: Path) -> None:
-    with pytest.raises(BackendError, match="needs the BMC"):
-        backend(cluster_yml, Script()).restart("gpu001", Restart.POWER_CYCLE)
+@dataclass
+class StubBmc:
+    """Records what the backend asks of the BMC (gpuctl.rollout.bmc.BmcAccess's methods)."""
+
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    fail: bool = False
+
+    def power_cycle(self, node: str) -> None:
+        self.calls.append(("power_cycle", node))
+        if self.fail:
+            raise BackendError(f"{node}: ComputerSystem.Reset refused")
+
+
+def test_a_power_cycle_goes_through_the_bmc_and_waits_for_a_new_boot(cluster_yml: Path) -> None:
+    boots = iter(["aaaa\n", "aaaa\n", "bbbb\n"])
+    script = Script(
+        {
+            ("cat",): lambda _h, _a: ok(next(boots)),
+            ("systemctl", "is-system-running"): ok("running\n"),
+        }
+    )
+    stub = StubBmc()
+    b = backend(cluster_yml, script, bmc=stub)
+    b.restart("gpu001", Restart.POWER_CYCLE)
+    assert stub.calls == [("power_cycle", "gpu001")]
+    assert ["systemctl", "reboot"] not in script.commands("gpu001")  # not a warm reboot
+    assert b.wait_up("gpu001", 600)
+    assert b.now() >= 5  # one poll saw the old boot id
+
+
+def test_a_node_whose_os_hangs_is_power_cycled_all_the_same(cluster_yml: Path) -> None:
+    script = Script({("systemctl", "is-system-running"): ok("running\n")})
+    script.down.add("gpu001")
+    stub = StubBmc()
+    b = backend(cluster_yml, script, bmc=stub)
+    b.restart("gpu001", Restart.POWER_CYCLE)
+    assert stub.calls == [("power_cycle", "gpu001")]
+    assert not b.wait_up("gpu001", 30)  # still unreachable: not up
+    script.down.clear()
+    script.answers[("cat",)] = ok("cccc\n")
+    assert b.wait_up("gpu001", 30)  # no boot id recorded: reachable again is back
+
+
+def test_a_refused_power_cycle_is_a_backend_error(cluster_yml: Path) -> None:
+    script = Script({("cat",): ok("aaaa\n")})
+    with pytest.raises(BackendError, match="Reset refused"):
+        backend(cluster_yml, script, bmc=StubBmc(fail=True)).restart("gpu001", Restart.POWER_CYCLE)
 
 
 # -- driver -------------------------------------------------------------------------------

@@ -616,3 +616,37 @@ def test_killed_at_any_call_and_resumed_ends_like_an_uninterrupted_run(
         assert replay.held == set(state.held), where
         checked += 1
     assert checked == total > 50
+
+
+def test_killed_anywhere_with_the_staged_version_hidden_still_ends_at_target(
+    tmp_path: Path,
+) -> None:
+    """HGX GPU firmware over Redfish: the staged version cannot be read. A kill between the
+    flash and the power cycle must not leave a node "verified" at the old version: the resume
+    power cycles (again). A kill during the flash itself may flash once more (nothing shows
+    whether the first one finished); nothing is flashed more than twice."""
+    policy = Policy(max_unavailable=2, failure_threshold=2, poll_interval_s=1)
+    hidden = {n: Script(pending_hidden=True) for n in names(3)}
+
+    def fresh() -> FakeBackend:
+        return make_fake(names(3), component=Component.GPU_FIRMWARE, scripts=hidden)
+
+    fake = fresh()
+    plan = plan_for(fake, policy, component=Component.GPU_FIRMWARE)
+    store = start(fake, tmp_path / "reference", plan)
+    before = fake.count
+    expected = outcome(Executor(fake, store).run())
+    total = fake.count - before
+    assert expected["status"] == "done"
+    for at in range(1, total + 1):
+        after = at % 2 == 0
+        fake = fresh()
+        plan = plan_for(fake, policy, component=Component.GPU_FIRMWARE)
+        state, kills = run_with_kills(
+            fake, tmp_path / f"kill-{at}", plan, [(at, after)], durable=False
+        )
+        where = f"killed at point {at} ({'after' if after else 'before'} its effect)"
+        assert kills == 1, where
+        assert outcome(state) == expected, where
+        assert all(n.running[Component.GPU_FIRMWARE] == TARGET for n in fake.nodes.values()), where
+        assert max(fake.applies().values()) <= 2, where

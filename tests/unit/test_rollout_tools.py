@@ -394,6 +394,13 @@ def test_driver_installed_dpkg_and_rpm() -> None:
     half = "nvidia-driver\tii \t575.57.08-1\nnvidia-smi\tii \t570.172.08-1\n"
     with pytest.raises(tools.VersionsDisagree, match=re.escape("nvidia-driver=575.57.08")):
         tools.parse_driver_installed(half, 0, packages, "deb")
+    # held (gpuctl's nvidia_driver role holds them): "hi" is installed too
+    held = "nvidia-driver\thi \t570.172.08-1\nnvidia-smi\thi \t570.172.08-1\n"
+    assert tools.parse_driver_installed(held, 0, packages, "deb") == "570.172.08"
+    for bad in ("rc ", "iU ", "hiR", "iiF"):
+        broken = f"nvidia-driver\t{bad}\t570.172.08-1\nnvidia-smi\tii \t570.172.08-1\n"
+        with pytest.raises(tools.ToolOutputError, match="nvidia-driver is not installed"):
+            tools.parse_driver_installed(broken, 0, packages, "deb")
     removed = "nvidia-driver\trc \t570.172.08-1\nnvidia-smi\tii \t570.172.08-1\n"
     with pytest.raises(tools.ToolOutputError, match="nvidia-driver is not installed"):
         tools.parse_driver_installed(removed, 0, packages, "deb")
