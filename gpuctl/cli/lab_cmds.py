@@ -97,12 +97,30 @@ def reboot(node: Annotated[str, typer.Argument(help="Node name.")]) -> None:
 def firmware_image(
     version: Annotated[str, typer.Argument(help="Firmware version the image carries.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Image file to write.", dir_okay=False)],
-    node: Annotated[str, typer.Option("--node", help="Node whose adapters it is for.")] = "gpu001",
+    node: Annotated[
+        str, typer.Option("--node", help="Node whose adapters or GPUs it is for.")
+    ] = "gpu001",
+    component: Annotated[
+        str,
+        typer.Option(
+            "--component",
+            help="nic-firmware (a ConnectX image), gpu-firmware or bmc-firmware (a package for "
+            "the lab's simulated BMCs).",
+            autocompletion=lambda: list(lab.FIRMWARE_COMPONENTS),
+        ),
+    ] = "nic-firmware",
 ) -> None:
-    """Write a lab-only ConnectX firmware image (for `gpuctl rollout --component nic-firmware`
-    on the lab; the lab's mlxfwmanager burns it, a real one would refuse it)."""
-    psid = lab.firmware_image(node, version, out)
-    err_console().print(f"wrote {escape(str(out))}: PSID {psid}, FW {escape(version)} (lab only)")
+    """Write a lab-only firmware image for `gpuctl rollout --component ...` on the lab: the
+    lab's mlxfwmanager burns a nic-firmware one, the lab's simulated BMCs take gpu-firmware and
+    bmc-firmware packages; real tools and BMCs refuse them."""
+    target = lab.firmware_image(node, version, out, component)
+    if component == "nic-firmware":
+        what = f"PSID {target}, FW {escape(version)}"
+    elif target:
+        what = f"{component} {escape(version)} for {escape(target)} GPUs"
+    else:
+        what = f"{component} {escape(version)}"
+    err_console().print(f"wrote {escape(str(out))}: {what} (lab only)")
 
 
 @app.command("fault")

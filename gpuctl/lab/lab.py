@@ -13,6 +13,10 @@ Layout (``GPUCTL_LAB_DIR``, default /var/lib/gpuctl-lab):
 - ``apt-cache/``: the apt proxy's cache (apt-cacher-ng), ``apt-proxy/acng.conf`` its config;
   kept by `down`, like ``base/``
 - ``run/apt-proxy.{pid,log}``, ``run/repo-http.{pid,log}``: the two package servers
+- ``bmc/``: the SIMULATED BMCs' CA, certificate and Ansible Vault credentials (kept by `down`)
+  and their state (``bmc/state``, removed by `down`); ``run/bmc.{pid,log,json}``: their server
+  (gpuctl/lab/bmc.py), one HTTPS Redfish service per GPU node on its ``bmc_addresses`` address
+  (198.18.1.x/32 on the bridge, reachable from this host only)
 
 Network: a bridge ``gpuctl-br0`` holding 198.18.0.1/24 (RFC 2544 benchmarking range, routed
 nowhere), one network namespace ``gpuctl-<node>`` per node with a veth pair, no default route.
@@ -38,7 +42,7 @@ import yaml
 
 from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.loader import load_cluster_text
-from gpuctl.lab import repo, wheelhouse
+from gpuctl.lab import bmc, repo, wheelhouse
 from gpuctl.lab.sim import faults as sim_faults
 from gpuctl.lab.sim import kernel as sim_kernel
 from gpuctl.lab.sim import profiles as sim_profiles
@@ -430,6 +434,7 @@ def lab_cluster_text(compute_nodes: int, profile: str) -> str:
     # the lab's own key, absolute, so the file works from any directory
     text = text.replace("private_key: .gpuctl/lab/id_ed25519", f"private_key: {ssh_key()}")
     text = text.replace("known_hosts: .gpuctl/lab/known_hosts", f"known_hosts: {known_hosts()}")
+    text = text.replace(".gpuctl/lab/bmc/", f"{lab_dir() / 'bmc'}/")
     text = text.replace(
         "gpuctl_wheelhouse: /var/lib/gpuctl-lab/wheelhouse",
         f"gpuctl_wheelhouse: {wheelhouse.wheelhouse_dir()}",
@@ -484,23 +489,45 @@ def _write_hardware(name: str, profile: str) -> None:
     target.write_text(sim_profiles.profile_json(profile), encoding="utf-8")
 
 
-def firmware_image(node: str, version: str, out: Path) -> str:
-    """Write a lab-only ConnectX firmware image for ``node``'s simulated adapters (their PSID)
-    carrying ``version`` (the format of gpuctl/lab/sim/mft.py; a real image is a binary
-    .bin/.mfa). Returns the PSID."""
-    from gpuctl.lab.sim import mft as sim_mft
+FIRMWARE_COMPONENTS = ("nic-firmware", bmc.GPU_COMPONENT, bmc.BMC_COMPONENT)
 
+
+def firmware_image(node: str, version: str, out: Path, component: str = "nic-firmware") -> str:
+    """Write a lab-only firmware image carrying ``version``; returns what it is built for.
+
+    ``nic-firmware``: a ConnectX image for ``node``'s simulated adapters (their PSID, returned;
+    the format of gpuctl/lab/sim/mft.py; a real image is a binary .bin/.mfa).
+    ``gpu-firmware``: a package for ``node``'s GPU model (returned), ``bmc-firmware``: a BMC
+    package (``node`` unused; returns ""), both taken by the lab's simulated BMCs only
+    (gpuctl/lab/bmc.py; a real one is a PLDM .fwpkg)."""
+    if component not in FIRMWARE_COMPONENTS:
+        raise LabError(f"unknown component {component!r}: {', '.join(FIRMWARE_COMPONENTS)}")
     hardware = _node_dir(node) / "root" / "etc" / "gpuctl-lab" / "hardware.json"
+    if component == bmc.BMC_COMPONENT:
+        try:
+            bmc.write_package(out, component, version)
+        except bmc.PackageError as exc:
+            raise LabError(str(exc)) from None
+        return ""
     try:
         profile = json.loads(hardware.read_text(encoding="utf-8"))
-        psid = str(profile["nics"]["board_id"])
+        target = str(
+            profile["model"] if component == bmc.GPU_COMPONENT else profile["nics"]["board_id"]
+        )
     except (OSError, ValueError, KeyError, TypeError):
-        raise LabError(
-            f"{node}: no simulated adapters (is the lab up, is it a GPU node?)"
-        ) from None
+        what = "GPUs" if component == bmc.GPU_COMPONENT else "adapters"
+        raise LabError(f"{node}: no simulated {what} (is the lab up, is it a GPU node?)") from None
+    if component == bmc.GPU_COMPONENT:
+        try:
+            bmc.write_package(out, component, version, target)
+        except bmc.PackageError as exc:
+            raise LabError(str(exc)) from None
+        return target
+    from gpuctl.lab.sim import mft as sim_mft
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    sim_mft.write_image(str(out), psid, version)
-    return psid
+    sim_mft.write_image(str(out), target, version)
+    return target
 
 
 def _faults_file(name: str) -> Path:
@@ -603,6 +630,14 @@ def up(compute_nodes: int = 2, profile: str = DEFAULT_PROFILE) -> UpResult:
     known_hosts().write_text("\n".join(entries) + "\n", encoding="utf-8")
     for name, address, _ in nodes:
         wait_running(name, address)
+    # the GPU nodes' simulated BMCs (gpuctl/lab/bmc.py), on their own addresses on the bridge
+    bmcs = [
+        bmc.BmcSpec(n.name, n.bmc_address, _node_dir(n.name) / "root")
+        for n in cluster_nodes(cluster)
+        if n.bmc_address
+    ]
+    if bmcs:
+        bmc.start(bmcs, BRIDGE)
     (lab_dir() / "cluster.yml").write_text(text, encoding="utf-8")
     return UpResult(status(), tuple(started), built, time.monotonic() - start)
 
@@ -658,11 +693,13 @@ def reboot(name: str, timeout: float = BOOT_TIMEOUT_S) -> tuple[str, str]:
 def down() -> list[str]:
     """Remove every container, mount, namespace, veth, bridge and process the lab made.
 
-    The caches stay: the base image, the lab repository and the apt proxy's cache.
+    The caches stay: the base image, the lab repository and the apt proxy's cache; so do the
+    simulated BMCs' CA, certificate and credentials (their state goes, with the nodes' disks).
     """
     require_root()
     state = _load_state()
     removed: list[str] = []
+    bmc.stop()  # first: a BMC must not power a node on again while the nodes go
     for node in state.get("nodes", []):
         name = node["name"]
         stop_node(name)

@@ -7,7 +7,10 @@
   (``repo_packages.yml``), built with ``dpkg-deb --build`` into ``<lab dir>/repo`` as a flat
   apt repository (Packages, Packages.gz, Release) and served by ``python3 -m http.server`` bound
   to 198.18.0.1:8081. The driver stand-in ships the simulator (``gpuctl/lab/sim``) and
-  ``/usr/bin/nvidia-smi``; nothing of it is installed anywhere but inside lab nodes.
+  ``/usr/bin/nvidia-smi``; nothing of it is installed anywhere but inside lab nodes. The
+  packages' further versions (``more_versions``) are a second flat repository, ``more/``,
+  whose Release says ``NotAutomatic: yes`` and ``ButAutomaticUpgrades: yes`` as Debian's
+  backports do: apt gives it priority 100, so it installs them only when asked for by version.
 
 Both servers are lab-owned processes: pid file and log under ``<lab dir>/run``, started by
 `gpuctl lab up` (idempotent) and ended by `gpuctl lab down`.
@@ -23,6 +26,7 @@ import shutil
 import signal
 import socket
 import stat
+import string
 import subprocess
 import sys
 import tempfile
@@ -46,6 +50,7 @@ SIM_PREFIX = "/usr/lib/gpuctl-lab-sim"
 PACKAGES_YML = Path(__file__).with_name("repo_packages.yml")
 APT_PROXY_CONF = "etc/apt/apt.conf.d/01gpuctl-lab-proxy"
 APT_SOURCE = "etc/apt/sources.list.d/gpuctl-lab.list"
+MORE_DIR = "more"  # the further versions' repository, under the lab repository
 ORIGIN = "gpuctl-lab"
 _STAMP = ".gpuctl-repo-stamp"
 
@@ -96,12 +101,20 @@ class PackageSpec:
     modules: tuple[str, ...] = ()  # kernel modules: modprobe.d install lines + device nodes
     files: tuple[tuple[str, str], ...] = ()  # (absolute path, text) shipped as they are
     executable: tuple[str, ...] = ()  # which of ``files`` are 0755
+    version_file: str | None = None  # a file holding the upstream version (the simulator reads it)
+    default: bool = True  # False: a version of ``more_versions`` (in the more/ repository)
 
     @property
     def deb_name(self) -> str:
         # the epoch is not part of a .deb file name (dpkg-name drops it too)
         version = self.version.split(":", 1)[-1]
         return f"{self.name}_{version}_{self.architecture}.deb"
+
+    @property
+    def upstream_version(self) -> str:
+        """``[epoch:]upstream[-revision]`` -> upstream (Debian Policy 5.6.12)."""
+        version = self.version.split(":", 1)[-1]
+        return version.rsplit("-", 1)[0] if "-" in version else version
 
 
 def _service_spec(value: Any) -> ServiceSpec | None:
@@ -115,28 +128,48 @@ def _service_spec(value: Any) -> ServiceSpec | None:
     )
 
 
+def _placeholders(p: dict[str, Any]) -> set[str]:
+    """The ``{name}`` placeholders a package's version and Depends use."""
+    texts = [str(p["version"]), *(str(d) for d in p.get("depends") or ())]
+    return {field for text in texts for _, field, _, _ in string.Formatter().parse(text) if field}
+
+
 def load_specs(path: Path = PACKAGES_YML) -> list[PackageSpec]:
+    """Every package at every version the repository offers: each at ``versions`` (the
+    default), then once more per entry of ``more_versions`` of a placeholder it uses."""
     doc: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     versions = {k: str(v) for k, v in doc["versions"].items()}
+    more = {k: [str(v) for v in vs] for k, vs in (doc.get("more_versions") or {}).items()}
+    unknown = set(more) - set(versions)
+    if unknown:
+        raise ValueError(f"{path}: more_versions of unknown placeholders {sorted(unknown)}")
     specs = []
     for p in doc["packages"]:
-        specs.append(
-            PackageSpec(
-                name=str(p["name"]),
-                version=str(p["version"]).format(**versions),
-                architecture=str(p.get("architecture", "amd64")),
-                depends=tuple(str(d).format(**versions) for d in p.get("depends") or ()),
-                description=str(p["description"]),
-                sim=bool(p.get("sim", False)),
-                bin=tuple(str(b) for b in p.get("bin") or ()),
-                service=_service_spec(p.get("service")),
-                source=str(p.get("source", "")),
-                modules=tuple(str(m) for m in p.get("modules") or ()),
-                files=tuple((str(k), str(v)) for k, v in (p.get("files") or {}).items()),
-                executable=tuple(str(x) for x in p.get("executable") or ()),
-            )
-        )
+        variants = [versions]
+        for key in sorted(_placeholders(p) & set(more)):
+            variants += [{**versions, key: value} for value in more[key]]
+        for values in variants:
+            specs.append(_package_spec(p, values, default=values is versions))
     return specs
+
+
+def _package_spec(p: dict[str, Any], versions: dict[str, str], *, default: bool) -> PackageSpec:
+    return PackageSpec(
+        name=str(p["name"]),
+        version=str(p["version"]).format(**versions),
+        architecture=str(p.get("architecture", "amd64")),
+        depends=tuple(str(d).format(**versions) for d in p.get("depends") or ()),
+        description=str(p["description"]),
+        sim=bool(p.get("sim", False)),
+        bin=tuple(str(b) for b in p.get("bin") or ()),
+        service=_service_spec(p.get("service")),
+        source=str(p.get("source", "")),
+        modules=tuple(str(m) for m in p.get("modules") or ()),
+        files=tuple((str(k), str(v)) for k, v in (p.get("files") or {}).items()),
+        executable=tuple(str(x) for x in p.get("executable") or ()),
+        version_file=str(p["version_file"]) if p.get("version_file") else None,
+        default=default,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -316,6 +349,8 @@ def build_deb(spec: PackageSpec, out_dir: Path, src_root: Path) -> Path:
             _write(root / "lib" / "systemd" / "system" / f"{svc.name}.service", _unit(svc))
         for path, text in spec.files:
             _write(root / path.lstrip("/"), text, 0o755 if path in spec.executable else 0o644)
+        if spec.version_file:
+            _write(root / spec.version_file.lstrip("/"), f"{spec.upstream_version}\n")
         if spec.modules:
             script = src_root / "gpuctl" / "lab" / "sim" / "devices.py"
             text = "#!/usr/bin/python3\n" + script.read_text(encoding="utf-8")
@@ -353,8 +388,9 @@ def _deb_control(deb: Path) -> str:
     return run(["dpkg-deb", "--field", str(deb)], timeout=60).stdout.rstrip("\n")
 
 
-def write_index(repo: Path) -> None:
-    """Packages, Packages.gz and Release for a flat repository (``deb ... ./``)."""
+def write_index(repo: Path, *, more: bool = False) -> None:
+    """Packages, Packages.gz and Release for a flat repository (``deb ... ./``); ``more``: the
+    further versions' one, which apt uses only when asked (NotAutomatic, as backports)."""
     stanzas = []
     for deb in sorted(repo.glob("*.deb")):
         control = _deb_control(deb)
@@ -369,15 +405,20 @@ def write_index(repo: Path) -> None:
     (repo / "Packages").write_bytes(packages)
     with gzip.GzipFile(repo / "Packages.gz", "wb", mtime=0) as gz:
         gz.write(packages)
+    suite = f"{ORIGIN}-{MORE_DIR}" if more else ORIGIN
     release = [
         f"Origin: {ORIGIN}",
         f"Label: {ORIGIN}",
-        "Suite: gpuctl-lab",
-        "Codename: gpuctl-lab",
+        f"Suite: {suite}",
+        f"Codename: {suite}",
         f"Date: {formatdate(usegmt=True)}",
         "Architectures: amd64 all",
-        f"Description: gpuctl lab package repository ({STANDIN_NOTICE}s)",
     ]
+    if more:
+        # apt_preferences(5): priority 100 for such an archive: installed when asked for by
+        # version (NAME=VERSION, what the roles install), upgraded once installed, else never
+        release += ["NotAutomatic: yes", "ButAutomaticUpgrades: yes"]
+    release.append(f"Description: gpuctl lab package repository ({STANDIN_NOTICE}s)")
     for field, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
         release.append(f"{field}:")
         for name in ("Packages", "Packages.gz"):
@@ -522,9 +563,11 @@ def build_repo(dest: Path | None = None, src_root: Path | None = None) -> bool:
     dest.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest))
     try:
+        (tmp / MORE_DIR).mkdir()
         for spec in load_specs():
-            build_deb(spec, tmp, src_root)
+            build_deb(spec, tmp if spec.default else tmp / MORE_DIR, src_root)
         write_index(tmp)
+        write_index(tmp / MORE_DIR, more=True)
         for git_spec in load_git_specs():
             build_git_repo(git_spec, tmp / "git")
         # replace the contents in place: the server keeps serving the same directory
@@ -532,6 +575,7 @@ def build_repo(dest: Path | None = None, src_root: Path | None = None) -> bool:
             if old.name != tmp.name and (old.suffix == ".deb" or old.name.startswith("Pack")):
                 old.unlink()
         shutil.rmtree(dest / "git", ignore_errors=True)
+        shutil.rmtree(dest / MORE_DIR, ignore_errors=True)
         for new in tmp.iterdir():
             new.replace(dest / new.name)
     finally:
@@ -704,6 +748,9 @@ def source_list() -> str:
     return (
         f"# gpuctl lab repository: {STANDIN_NOTICE}s under NVIDIA's package names\n"
         f"deb [trusted=yes] {REPO_URL} ./\n"
+        "# their further versions (a driver to roll out to), installed only when asked for by\n"
+        "# version, as backports are (its Release: NotAutomatic, ButAutomaticUpgrades)\n"
+        f"deb [trusted=yes] {REPO_URL}/{MORE_DIR} ./\n"
     )
 
 

@@ -1,15 +1,35 @@
-"""One lab node's supervisor: runs systemd-nspawn, and starts it again after a reboot.
+"""One lab node's supervisor: runs systemd-nspawn, boots it again after a reboot, and is the
+node's power switch (for `gpuctl lab down` and for the lab's SIMULATED BMC, gpuctl/lab/bmc.py).
 
 `systemctl reboot` inside a container makes systemd-nspawn exit with status 133; a real
 machine would come back, so the supervisor boots the node again on the same root (its disk
-state kept). Any other exit (poweroff, a crash) ends the supervisor. SIGTERM shuts the node down
-cleanly (systemd-nspawn passes it on as a halt request) and ends the supervisor.
+state kept). Any other exit (poweroff, a crash) ends the supervisor.
+
+Signals (the supervisor acts on them within about 0.2 s, also while the node is busy):
+
+- ``SIGTERM``, ``SIGINT``: clean shutdown. The container's systemd is asked to power off
+  (SIGRTMIN+4, as a power button would); if it has not stopped after ``SHUTDOWN_GRACE_S`` it is
+  killed. The supervisor ends (`gpuctl lab down`; Redfish ``GracefulShutdown``).
+- ``SIGUSR2``: power off at once. The container's init is killed with SIGKILL, which ends every
+  process of the container, as losing power would. The supervisor ends (Redfish ``ForceOff``,
+  the first half of ``PowerCycle``).
+- ``SIGUSR1``: reset. Killed at once as with SIGUSR2, then booted again on the same root
+  (Redfish ``ForceRestart``).
+- ``SIGHUP``: clean restart. The container's systemd is asked to reboot (SIGRTMIN+5, what
+  `systemctl reboot` does); systemd-nspawn exits 133 and the node is booted again (Redfish
+  ``GracefulRestart``). Killed and booted again if it has not stopped after
+  ``SHUTDOWN_GRACE_S``.
+
+Every boot but the first checks the ``no_reboot`` fault (faults.json on the node's disk): with
+it, the node stays down and the supervisor ends. A supervisor that ended means the node is
+powered off; the BMC powers it on by starting a new supervisor (gpuctl.lab.lab.start_node).
 
 Run as: python -m gpuctl.lab.supervisor NAME ROOT NETNS PIDFILE
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,6 +40,22 @@ from pathlib import Path
 from types import FrameType
 
 REBOOT_STATUS = 133
+SHUTDOWN_GRACE_S = 60.0
+_KILL_RETRY_S = 5.0
+_POLL_S = 0.2
+
+# what each signal asks for (see the module docstring)
+STOP = "stop"  # clean shutdown, then end
+OFF = "off"  # power off at once, then end
+RESET = "reset"  # power off at once, boot again
+REBOOT = "reboot"  # clean restart
+REQUESTS = {
+    signal.SIGTERM: STOP,
+    signal.SIGINT: STOP,
+    signal.SIGUSR2: OFF,
+    signal.SIGUSR1: RESET,
+    signal.SIGHUP: REBOOT,
+}
 
 
 def nspawn_argv(name: str, root: str, netns: str) -> list[str]:
@@ -36,24 +72,53 @@ def nspawn_argv(name: str, root: str, netns: str) -> list[str]:
     ]
 
 
+def _container_init(nspawn_pid: int) -> list[int]:
+    """The container's init (systemd-nspawn's child: PID 1 inside the container)."""
+    try:
+        children = Path(f"/proc/{nspawn_pid}/task/{nspawn_pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(pid) for pid in children if pid.isdigit()]
+
+
+def _signal_init(nspawn_pid: int, signum: int) -> bool:
+    """Send ``signum`` to the container's init; False when there is none (yet)."""
+    sent = False
+    for pid in _container_init(nspawn_pid):
+        try:
+            os.kill(pid, signum)
+            sent = True
+        except ProcessLookupError:
+            continue
+    return sent
+
+
 def poweroff(nspawn_pid: int) -> None:
     """Ask the container's systemd to power off (SIGRTMIN+4), as a power button would.
 
     systemd-nspawn itself does not shut its container down promptly on SIGTERM here; the
     container's init does on SIGRTMIN+4 (systemd's "poweroff" signal).
     """
-    try:
-        children = Path(f"/proc/{nspawn_pid}/task/{nspawn_pid}/children").read_text().split()
-    except OSError:
-        children = []
-    if not children:
-        os.kill(nspawn_pid, signal.SIGTERM)
-        return
-    for pid in children:
-        try:
-            os.kill(int(pid), signal.SIGRTMIN + 4)
-        except (ProcessLookupError, ValueError):
-            continue
+    if not _signal_init(nspawn_pid, signal.SIGRTMIN + 4):
+        _kill(nspawn_pid, signal.SIGTERM)
+
+
+def reboot(nspawn_pid: int) -> None:
+    """Ask the container's systemd to reboot (SIGRTMIN+5, systemd's "reboot" signal)."""
+    if not _signal_init(nspawn_pid, signal.SIGRTMIN + 5):
+        _kill(nspawn_pid, signal.SIGTERM)
+
+
+def force_off(nspawn_pid: int) -> None:
+    """Kill the container's init: the kernel ends every process of its PID namespace with it
+    (power lost). Before the container has an init, systemd-nspawn is asked to stop."""
+    if not _signal_init(nspawn_pid, signal.SIGKILL):
+        _kill(nspawn_pid, signal.SIGTERM)
+
+
+def _kill(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
 
 
 def _stays_down(root: str) -> bool:
@@ -65,35 +130,73 @@ def _stays_down(root: str) -> bool:
     return isinstance(faults, dict) and bool(faults.get("no_reboot"))
 
 
+def supervise(child: subprocess.Popen[bytes], requests: list[str]) -> tuple[int, str | None]:
+    """Wait for the container to exit, acting on the requests the signals queue up; returns
+    its exit status and what was asked of it last (None: nothing, it stopped by itself)."""
+    action: str | None = None
+    deadline: float | None = None  # when a request not yet done turns into a kill
+    kills = 0
+    while True:
+        while requests:
+            request = requests.pop(0)
+            now = time.monotonic()
+            if request == OFF or (request == RESET and action not in (STOP, OFF)):
+                action = OFF if request == OFF or action == OFF else RESET
+                force_off(child.pid)
+                deadline = now + _KILL_RETRY_S
+            elif request == STOP and action not in (STOP, OFF):
+                action = STOP
+                poweroff(child.pid)
+                deadline = now + SHUTDOWN_GRACE_S
+            elif request == REBOOT and action is None:
+                action = REBOOT
+                reboot(child.pid)
+                deadline = now + SHUTDOWN_GRACE_S
+        try:
+            return child.wait(timeout=_POLL_S), action
+        except subprocess.TimeoutExpired:
+            pass
+        if deadline is not None and time.monotonic() > deadline:
+            kills += 1
+            print(f"gpuctl-lab: {action}: the container did not stop, killing it", flush=True)
+            if kills > 2:  # no init to kill and nspawn does not end: nspawn itself
+                _kill(child.pid, signal.SIGKILL)
+            else:
+                force_off(child.pid)
+            deadline = time.monotonic() + _KILL_RETRY_S
+
+
 def main(argv: list[str]) -> int:
     name, root, netns, pidfile = argv
-    stopping = False
-    child: subprocess.Popen[bytes] | None = None
+    requests: list[str] = []
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-        if child is not None and child.poll() is None:
-            poweroff(child.pid)
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        requests.append(REQUESTS[signal.Signals(signum)])
 
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    for signum in REQUESTS:
+        signal.signal(signum, on_signal)
+    nspawn_pidfile = Path(pidfile).with_suffix(".nspawn")
     Path(pidfile).write_text(f"{os.getpid()}\n", encoding="utf-8")
     boots = 0
-    while not stopping:
+    while not any(r in (STOP, OFF) for r in requests):
+        requests[:] = [r for r in requests if r in (STOP, OFF)]  # it boots now anyway
+        if boots and _stays_down(root):
+            print(f"gpuctl-lab: {name} does not come back (fault no_reboot)", flush=True)
+            break
         boots += 1
         print(f"gpuctl-lab: boot {boots} of {name}", flush=True)
         child = subprocess.Popen(nspawn_argv(name, root, netns), stdin=subprocess.DEVNULL)  # noqa: S603
-        Path(pidfile).with_suffix(".nspawn").write_text(f"{child.pid}\n", encoding="utf-8")
-        rc = child.wait()
-        print(f"gpuctl-lab: {name} exited with {rc}", flush=True)
-        if rc != REBOOT_STATUS or stopping:
-            break
-        if _stays_down(root):
-            print(f"gpuctl-lab: {name} does not come back (fault no_reboot)", flush=True)
-            break
-        time.sleep(0.5)
-    Path(pidfile).with_suffix(".nspawn").unlink(missing_ok=True)
+        nspawn_pidfile.write_text(f"{child.pid}\n", encoding="utf-8")
+        rc, action = supervise(child, requests)
+        nspawn_pidfile.unlink(missing_ok=True)
+        print(
+            f"gpuctl-lab: {name} exited with {rc}" + (f" ({action})" if action else ""), flush=True
+        )
+        if action in (RESET, REBOOT) or (action is None and rc == REBOOT_STATUS):
+            time.sleep(0.5)
+            continue
+        break
+    nspawn_pidfile.unlink(missing_ok=True)
     Path(pidfile).unlink(missing_ok=True)
     return 0
 

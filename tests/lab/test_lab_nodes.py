@@ -23,8 +23,15 @@ pytestmark = [
 ]
 
 
-# the lab's processes: node containers and their supervisors, the apt proxy, the repo server
-LAB_PROCESSES = ("systemd-nspawn", "gpuctl.lab.supervisor", "apt-cacher-ng", "http.server")
+# the lab's processes: node containers and their supervisors, the simulated BMCs, the apt
+# proxy, the repo server
+LAB_PROCESSES = (
+    "systemd-nspawn",
+    "gpuctl.lab.supervisor",
+    "gpuctl.lab.bmc",
+    "apt-cacher-ng",
+    "http.server",
+)
 
 
 def _host_state() -> dict[str, list[str]]:

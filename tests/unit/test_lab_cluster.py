@@ -44,4 +44,6 @@ def test_inventories_lab_yml_is_the_default_lab(
     wheels = str(tmp_path / "wheelhouse")
     assert running == example.replace(".gpuctl/lab/id_ed25519", key).replace(
         ".gpuctl/lab/known_hosts", hosts
-    ).replace("/var/lib/gpuctl-lab/wheelhouse", wheels)
+    ).replace("/var/lib/gpuctl-lab/wheelhouse", wheels).replace(
+        ".gpuctl/lab/bmc/", f"{tmp_path / 'bmc'}/"
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,18 +19,50 @@ from gpuctl.lab import lab, repo
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
 
 DRIVER = "570.172.08-1"
+NEWER = "570.195.03-1"  # more_versions: driver (what a driver rollout in the lab goes to)
+# every package versioned with the driver, built at both versions
+DRIVER_PACKAGES = {
+    "libnvidia-ml1",
+    "nvidia-smi",
+    "nvidia-persistenced",
+    "nvidia-kernel-open-dkms",
+    "nvidia-driver",
+    "nvidia-open",
+    "cuda-drivers-570",
+    "nvidia-fabricmanager-570",
+    "libnvidia-nscq-570",
+}
 
 
-def _stanzas(text: str) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
+def _stanzas(text: str) -> dict[tuple[str, str], dict[str, str]]:
+    """(Package, Version) -> fields of each stanza of a Packages index."""
+    out: dict[tuple[str, str], dict[str, str]] = {}
     for block in text.strip().split("\n\n"):
         fields: dict[str, str] = {}
         for line in block.splitlines():
             if not line.startswith(" "):
                 key, _, value = line.partition(": ")
                 fields[key] = value
-        out[fields["Package"]] = fields
+        out[fields["Package"], fields["Version"]] = fields
     return out
+
+
+def _defaults() -> dict[str, repo.PackageSpec]:
+    """The packages at the lab's default versions, by name."""
+    return {s.name: s for s in repo.load_specs() if s.default}
+
+
+def _deb(built: Path, spec: repo.PackageSpec) -> Path:
+    """Where the build put ``spec``: the repository, or more/ for a further version."""
+    return (built if spec.default else built / repo.MORE_DIR) / spec.deb_name
+
+
+def _index(built: Path) -> dict[tuple[str, str], dict[str, str]]:
+    """Both indexes (the repository's and more/'s)."""
+    text = (
+        (built / "Packages").read_text() + "\n" + (built / repo.MORE_DIR / "Packages").read_text()
+    )
+    return _stanzas(text)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +73,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_specs_use_nvidias_names_and_versions() -> None:
-    specs = {s.name: s for s in repo.load_specs()}
+    specs = _defaults()
     for name in ("nvidia-open", "cuda-drivers-570", "nvidia-driver", "nvidia-smi"):
         assert specs[name].version == DRIVER
     assert specs["nvidia-fabricmanager-570"].version == DRIVER
@@ -52,7 +85,7 @@ def test_specs_use_nvidias_names_and_versions() -> None:
 
 def test_control_files_name_the_stand_in(built: Path) -> None:
     for spec in repo.load_specs():
-        deb = built / spec.deb_name
+        deb = _deb(built, spec)
         info = subprocess.run(
             ["dpkg-deb", "--info", str(deb)], capture_output=True, text=True, check=True
         ).stdout
@@ -179,44 +212,57 @@ def test_nccl_tests_git_repository(built: Path, tmp_path: Path) -> None:
 
 
 def test_packages_index_matches_the_files(built: Path) -> None:
-    text = (built / "Packages").read_text()
-    with gzip.open(built / "Packages.gz", "rt") as fh:
-        assert fh.read() == text
-    index = _stanzas(text)
+    for where in (built, built / repo.MORE_DIR):
+        with gzip.open(where / "Packages.gz", "rt") as fh:
+            assert fh.read() == (where / "Packages").read_text()
+    index = _index(built)
     specs = repo.load_specs()
-    assert set(index) == {s.name for s in specs}
+    assert set(index) == {(s.name, s.version) for s in specs}
+    assert set(_stanzas((built / "Packages").read_text())) == {
+        (s.name, s.version) for s in specs if s.default
+    }
     for spec in specs:
-        entry = index[spec.name]
-        deb = built / spec.deb_name
+        entry = index[spec.name, spec.version]
+        deb = _deb(built, spec)
         assert entry["Filename"] == f"./{spec.deb_name}"
         assert entry["Version"] == spec.version
         assert int(entry["Size"]) == deb.stat().st_size
         assert entry["SHA256"] == hashlib.sha256(deb.read_bytes()).hexdigest()
         assert repo.STANDIN_NOTICE in entry["Description"]
-    assert index["nvidia-open"]["Depends"] == (
-        f"nvidia-driver (= {DRIVER}), nvidia-kernel-open-dkms (= {DRIVER})"
-    )
+    for version in (DRIVER, NEWER):
+        assert index["nvidia-open", version]["Depends"] == (
+            f"nvidia-driver (= {version}), nvidia-kernel-open-dkms (= {version})"
+        )
     release = (built / "Release").read_text()
     assert "Origin: gpuctl-lab" in release
-    digest = hashlib.sha256((built / "Packages").read_bytes()).hexdigest()
-    assert f" {digest} {len(text.encode())} Packages\n" in release
+    assert "NotAutomatic" not in release
+    data = (built / "Packages").read_bytes()
+    assert f" {hashlib.sha256(data).hexdigest()} {len(data)} Packages\n" in release
+    # the further versions: apt installs them only when asked for (backports' priority 100)
+    more = (built / repo.MORE_DIR / "Release").read_text()
+    assert "Suite: gpuctl-lab-more\n" in more
+    assert "NotAutomatic: yes\nButAutomaticUpgrades: yes\n" in more
 
 
 def test_dpkg_scanpackages_agrees(built: Path) -> None:
     if shutil.which("dpkg-scanpackages") is None:
         pytest.skip("dpkg-dev not installed")
-    res = subprocess.run(
-        ["dpkg-scanpackages", "--multiversion", "."],
-        cwd=built,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    theirs = _stanzas(res.stdout)
-    ours = _stanzas((built / "Packages").read_text())
-    for name, fields in theirs.items():
-        for key in ("Version", "Depends", "Size", "SHA256", "Architecture"):
-            assert ours[name].get(key) == fields.get(key), (name, key)
+    for where in (built, built / repo.MORE_DIR):
+        res = subprocess.run(
+            ["dpkg-scanpackages", "--multiversion", "."],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        theirs = _stanzas(res.stdout)
+        ours = _stanzas((where / "Packages").read_text())
+        assert set(ours) <= set(theirs)
+        for name, fields in theirs.items():
+            if where == built and name[1] not in {v for _, v in ours}:
+                continue  # scanpackages also walks into more/
+            for key in ("Version", "Depends", "Size", "SHA256", "Architecture"):
+                assert ours[name].get(key) == fields.get(key), (name, key)
 
 
 def test_second_build_is_a_no_op(built: Path) -> None:
@@ -232,6 +278,7 @@ def test_node_apt_configuration(tmp_path: Path) -> None:
     assert 'Acquire::http::Proxy::198.18.0.1 "DIRECT";' in proxy  # the lab repo, not proxied
     source = (tmp_path / "etc/apt/sources.list.d/gpuctl-lab.list").read_text()
     assert "deb [trusted=yes] http://198.18.0.1:8081 ./" in source
+    assert "deb [trusted=yes] http://198.18.0.1:8081/more ./" in source
 
 
 def test_servers_bind_the_bridge_address_only() -> None:
@@ -244,7 +291,7 @@ def test_servers_bind_the_bridge_address_only() -> None:
 
 
 def test_infiniband_stand_ins_use_debians_names_above_bookworms_versions(built: Path) -> None:
-    specs = {s.name: s for s in repo.load_specs()}
+    specs = _defaults()
     bookworm = {"infiniband-diags": "44.0-2", "ibverbs-utils": "44.0-2", "perftest": "4.5+0.17-1"}
     for name, version in bookworm.items():
         assert specs[name].version == f"{version}+gpuctllab1"
@@ -264,7 +311,7 @@ def test_infiniband_stand_ins_use_debians_names_above_bookworms_versions(built: 
 def test_kernel_module_stand_in_makes_devices_and_answers_modprobe(
     built: Path, tmp_path: Path
 ) -> None:
-    spec = next(s for s in repo.load_specs() if s.name == "nvidia-kernel-open-dkms")
+    spec = _defaults()["nvidia-kernel-open-dkms"]
     assert "kmod" in spec.depends  # modprobe itself
     assert {"nvidia", "nvidia-uvm", "nvidia-peermem"} <= set(spec.modules)
     deb = built / spec.deb_name
@@ -295,3 +342,185 @@ def test_kernel_module_stand_in_makes_devices_and_answers_modprobe(
     fm_control = tmp_path / "fm-control"
     subprocess.run(["dpkg-deb", "-e", str(fm), str(fm_control)], check=True)
     assert not (fm_control / "postinst").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# Two driver versions: what a driver rollout in the lab installs (more_versions)
+
+
+def test_every_driver_package_is_offered_at_both_versions(built: Path) -> None:
+    specs = repo.load_specs()
+    versions: dict[str, set[str]] = {}
+    for spec in specs:
+        versions.setdefault(spec.name, set()).add(spec.version)
+    for name in DRIVER_PACKAGES:
+        assert versions[name] == {DRIVER, NEWER}, name
+    assert all(len(v) == 1 for n, v in versions.items() if n not in DRIVER_PACKAGES)
+    for spec in specs:
+        assert spec.default == (spec.version != NEWER), spec
+        assert _deb(built, spec).is_file()
+        if spec.version == NEWER:  # its dependencies are pinned to the same version
+            assert all(DRIVER not in d for d in spec.depends), spec
+    # Fabric Manager does not pin the driver's version (a driver upgrade goes first)
+    fm = [s for s in specs if s.name == "nvidia-fabricmanager-570"]
+    assert all(s.depends == ("libnvidia-ml1",) for s in fm)
+
+
+def test_driver_packages_ship_their_version_for_the_simulator(built: Path, tmp_path: Path) -> None:
+    from gpuctl.lab.sim import driver
+
+    specs = {(s.name, s.version): s for s in repo.load_specs()}
+    for name, path in driver.VERSION_FILES.items():
+        for version in (DRIVER, NEWER):
+            spec = specs[name, version]
+            assert spec.version_file == path
+            out = tmp_path / f"{name}-{version}"
+            subprocess.run(["dpkg-deb", "-x", str(_deb(built, spec)), str(out)], check=True)
+            text = (out / path.lstrip("/")).read_text()
+            assert text == version.rsplit("-", 1)[0] + "\n"
+    assert specs["libnvidia-ml1", NEWER].upstream_version == "570.195.03"
+    assert specs["datacenter-gpu-manager-4-core", "1:4.4.1-1"].upstream_version == "4.4.1"
+
+
+def test_more_versions_of_an_unknown_placeholder_are_refused(tmp_path: Path) -> None:
+    doc = tmp_path / "packages.yml"
+    doc.write_text(
+        "versions: {driver: '1.0-1'}\nmore_versions: {drvier: ['2.0-1']}\npackages: []\n"
+    )
+    with pytest.raises(ValueError, match="unknown placeholders"):
+        repo.load_specs(doc)
+
+
+def _apt_root(built: Path, tmp_path: Path, installed: dict[str, str]) -> list[str]:
+    """apt options for a private root: the node's sources with the lab repository as file:
+    URIs, and a dpkg status with python3, kmod and ``installed`` (name -> version of the
+    repository's stanza; "hold:" in front holds it)."""
+    root = tmp_path / "root"
+    repo.configure_node_apt(root)
+    (root / repo.APT_PROXY_CONF).unlink()
+    source = root / repo.APT_SOURCE
+    source.write_text(source.read_text().replace(repo.REPO_URL, f"file:{built}"))
+    for d in ("var/lib/apt/lists/partial", "var/cache/apt/archives/partial", "var/lib/dpkg"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    index = _index(built)
+    status = [
+        f"Package: {name}\nStatus: install ok installed\nVersion: {v}\nArchitecture: amd64\n"
+        for name, v in (("python3", "3.11.2-1+b1"), ("kmod", "30+20221128-1"))
+    ]
+    for name, version in installed.items():
+        held, _, version = version.rpartition(":")
+        fields = index[name, version]
+        lines = [f"Package: {name}", f"Status: {held or 'install'} ok installed"]
+        lines += [
+            f"{k}: {fields[k]}" for k in ("Version", "Architecture", "Depends") if k in fields
+        ]
+        status.append("\n".join(lines) + "\n")
+    (root / "var/lib/dpkg/status").write_text("\n".join(status))
+    opts = [
+        f"-oDir={root}",
+        f"-oDir::State::status={root}/var/lib/dpkg/status",
+        "-oDebug::NoLocking=1",
+        "-oAPT::Architecture=amd64",
+        "-oDir::Etc::TrustedParts=/nonexistent",
+    ]
+    subprocess.run(["apt-get", *opts, "-q", "update"], check=True, capture_output=True)
+    return opts
+
+
+ROLE_PACKAGES = ("nvidia-open", "nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-smi",
+                 "libnvidia-ml1", "nvidia-persistenced")  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt")
+def test_apt_installs_the_default_unless_asked_and_either_pin(built: Path, tmp_path: Path) -> None:
+    def apt(opts: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["apt-get", *opts, "-s", "-q", "--allow-downgrades", "--allow-change-held-packages",
+             "install", *args],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+
+    fresh = _apt_root(built, tmp_path / "fresh", {})
+    plain = apt(fresh, "nvidia-open", "nvidia-fabricmanager-570")
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert f"Inst nvidia-open ({DRIVER} " in plain.stdout
+    assert f"Inst nvidia-fabricmanager-570 ({DRIVER} " in plain.stdout
+    # a node provisioned at the default, every package held (the roles hold them): the
+    # nvidia_driver role's pins of the newer version, then the fabric_manager role's
+    held = dict.fromkeys(DRIVER_PACKAGES - {"cuda-drivers-570"}, f"hold:{DRIVER}")
+    node = _apt_root(built, tmp_path / "node", held)
+    up = apt(node, *(f"{name}={NEWER}" for name in ROLE_PACKAGES))
+    assert up.returncode == 0, up.stdout + up.stderr
+    for name in ROLE_PACKAGES:
+        assert f"Inst {name} [{DRIVER}] ({NEWER} " in up.stdout
+    assert "Remv" not in up.stdout  # Fabric Manager stays, at its version, until its role runs
+    fm = apt(node, f"nvidia-fabricmanager-570={NEWER}", f"libnvidia-nscq-570={NEWER}")
+    assert fm.returncode == 0, fm.stdout + fm.stderr
+    assert f"Inst nvidia-fabricmanager-570 [{DRIVER}] ({NEWER} " in fm.stdout
+    # and back (a rollout to the lab's pin): a downgrade, Fabric Manager still at the newer one
+    newer = dict.fromkeys(DRIVER_PACKAGES - {"cuda-drivers-570"}, f"hold:{NEWER}")
+    back = apt(
+        _apt_root(built, tmp_path / "back", newer), *(f"{n}={DRIVER}" for n in ROLE_PACKAGES)
+    )
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert f"Inst nvidia-open [{NEWER}] ({DRIVER} " in back.stdout
+    assert "Remv" not in back.stdout
+
+
+_BEST_MATCH = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import apt_pkg
+apt_pkg.init_config()
+for option in sys.argv[3:]:
+    key, _, value = option[2:].partition("=")
+    apt_pkg.config.set(key, value)
+apt_pkg.init_system()
+from ansible.modules.apt import package_best_match
+cache = apt_pkg.Cache(None)
+out = {}
+for name in json.loads(sys.argv[2]):
+    for version in (None, "{driver}", "{newer}"):
+        out[f"{name}={version}"] = package_best_match(
+            name, "=" if version else None, version, None, cache
+        )
+print(json.dumps(out))
+"""
+
+
+def _system_python_apt() -> bool:
+    res = subprocess.run(
+        ["/usr/bin/python3", "-c", "import apt_pkg"], capture_output=True, check=False
+    )
+    return res.returncode == 0
+
+
+@pytest.mark.skipif(
+    shutil.which("apt-get") is None or not Path("/usr/bin/python3").exists()
+    or not _system_python_apt(),
+    reason="needs apt and python3-apt",
+)  # fmt: skip
+def test_ansibles_apt_module_finds_either_pinned_version(built: Path, tmp_path: Path) -> None:
+    """The roles install ``NAME=VERSION`` with ansible.builtin.apt, which picks the candidate
+    through python-apt with a pin of its own (priority 1001) added after the node's: on a fresh
+    node, at the default and at the newer version, both versions must come out of it (a pin in
+    the node's apt preferences would hide one: apt keeps the first pin matching a version), and
+    for a name alone the default, or the newer one once installed (no downgrade)."""
+    import sysconfig
+
+    names = [*ROLE_PACKAGES, "nvidia-fabricmanager-570", "libnvidia-nscq-570"]
+    code = _BEST_MATCH.replace("{driver}", DRIVER).replace("{newer}", NEWER)
+    for at in (None, DRIVER, NEWER):
+        installed = dict.fromkeys(names, f"hold:{at}") if at else {}
+        opts = _apt_root(built, tmp_path / str(at), installed)
+        res = subprocess.run(
+            ["/usr/bin/python3", "-c", code, sysconfig.get_paths()["purelib"], json.dumps(names),
+             *opts],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        best = json.loads(res.stdout)
+        for name in names:
+            assert best[f"{name}=None"] == (at or DRIVER), (at, name)
+            assert best[f"{name}={DRIVER}"] == DRIVER, (at, name)
+            assert best[f"{name}={NEWER}"] == NEWER, (at, name)

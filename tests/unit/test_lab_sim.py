@@ -357,7 +357,7 @@ def test_fault_names_and_errors() -> None:
     assert set(NAMES) == {
         "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
-        "clocks_throttled", "slow_node", "firmware", "no_reboot",
+        "clocks_throttled", "slow_node", "firmware", "no_reboot", "fw_update_fails",
     }  # fmt: skip
     with pytest.raises(FaultError, match="unknown fault 'gpu_melted'"):
         apply({}, "gpu_melted", "1")
@@ -664,6 +664,8 @@ def test_every_fault_is_tested() -> None:
         # no_reboot acts in the lab's node supervisor, not in a tool's output: it is tested in
         # tests/lab/test_lab_packages.py (a reboot that never comes back)
         "no_reboot",
+        # fw_update_fails acts in the lab's simulated BMC: tested in tests/unit/test_lab_sim_bmc.py
+        "fw_update_fails",
     }  # fmt: skip
     assert set(NAMES) == tested
 

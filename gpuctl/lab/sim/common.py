@@ -108,7 +108,6 @@ def hcas(profile: Profile, faults: Faults, node: str) -> list[Hca]:
         return []
     down: dict[str, str] = faults.get("ib_port_down") or {}
     rates: dict[str, int] = faults.get("ib_rate") or {}
-    firmware: dict[str, str] = faults.get("firmware") or {}
     result = []
     for i, port in enumerate(nics["ports"]):
         name = port["name"]
@@ -121,7 +120,7 @@ def hcas(profile: Profile, faults: Faults, node: str) -> list[Hca]:
         if name in down:
             state = "Down"
             physical = "Disabled" if down[name] == "Disabled" else "Polling"
-        fw = firmware.get(name) or firmware.get("hca") or profile["firmware"]["hca"]
+        fw = hca_firmware_fault(faults, name) or profile["firmware"]["hca"]
         result.append(
             Hca(
                 index=i,
@@ -144,13 +143,41 @@ def hcas(profile: Profile, faults: Faults, node: str) -> list[Hca]:
     return result
 
 
-def gpu_vbios(profile: Profile, faults: Faults, gpu: Gpu) -> str:
+def hca_firmware_fault(faults: Faults, name: str) -> str | None:
+    """The HCA firmware version the ``firmware`` fault sets for HCA ``name`` (``mlx5_N=``, else
+    ``hca=``), or None. The fault wins over everything else that names a version: the profile's,
+    and the one a simulated burn made run (gpuctl/lab/sim/mft.py)."""
     firmware: dict[str, str] = faults.get("firmware") or {}
-    return str(
-        firmware.get(f"gpu{gpu.physical}")
-        or firmware.get("gpu")
-        or profile["firmware"]["gpu_vbios"]
+    version = firmware.get(name) or firmware.get("hca")
+    return str(version) if version else None
+
+
+def gpu_vbios(profile: Profile, faults: Faults, gpu: Gpu, state_dir: str | None = None) -> str:
+    """The VBIOS version GPU ``gpu`` runs: the ``firmware`` fault's (``gpuN=``, else ``gpu=``),
+    else the one the lab's simulated BMC made run at the last power cycle (``gpu-firmware.json``
+    in the state dir, ``{"gpus": {"<physical index>": "<version>"}}``, written by
+    gpuctl/lab/bmc.py), else the profile's. ``state_dir``: the directory of that file (default:
+    ``GPUCTL_SIM_STATE_DIR``, else faults.json's directory, /var/lib/gpuctl-lab-sim)."""
+    import json
+    import os
+
+    firmware: dict[str, str] = faults.get("firmware") or {}
+    override = firmware.get(f"gpu{gpu.physical}") or firmware.get("gpu")
+    if override:
+        return str(override)
+    directory = (
+        state_dir
+        or os.environ.get("GPUCTL_SIM_STATE_DIR")
+        or os.path.dirname(os.environ.get("GPUCTL_SIM_FAULTS") or "/var/lib/gpuctl-lab-sim/x")
     )
+    try:
+        with open(os.path.join(directory, "gpu-firmware.json"), encoding="utf-8") as handle:
+            running = json.load(handle)["gpus"][str(gpu.physical)]
+    except (OSError, ValueError, KeyError, TypeError):
+        running = None
+    if isinstance(running, str) and running:
+        return running
+    return str(profile["firmware"]["gpu_vbios"])
 
 
 def throttled(faults: Faults, gpu: Gpu) -> bool:

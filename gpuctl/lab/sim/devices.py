@@ -20,16 +20,24 @@ ENXIO (no driver behind major 195 here): what matters is that they exist, for Sl
 N is the node's simulated GPU count, read from its hardware profile (the same file the other
 stand-ins read). A node without a profile (a controller) gets no GPU devices.
 
+The same runs "load" the kernel module (:func:`load_module`): the first of them after a boot
+records the version of the module the package installed (``MODULE_VERSION``) as the loaded one,
+in /proc/driver/nvidia/version's words, under /run (a tmpfs the container gets fresh on every
+boot). Later runs change nothing, as modprobe of a loaded module does not, so a package
+upgrade leaves the old module "loaded" until the node reboots (gpuctl/lab/sim/driver.py).
+
 Standard library only, no package-relative imports: the package ships this file on its own
 (``nvidia-kernel-open-dkms`` is installable without the simulator library).
 
-Environment overrides (tests): GPUCTL_SIM_PROFILE (profile path), GPUCTL_SIM_DEV (/dev).
+Environment overrides (tests): GPUCTL_SIM_PROFILE (profile path), GPUCTL_SIM_DEV (/dev),
+GPUCTL_SIM_ROOT (the root the driver version files are under, default /).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Sequence
@@ -40,6 +48,59 @@ UVM_MAJOR = 510
 MODE = 0o666
 # kernel modules a GPU node loads; dashes and underscores are the same to modprobe
 MODULES = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem")
+# the kernel module stand-in's version (its package ships it: what `modinfo -F version nvidia`
+# answers on a real node), and the version "loaded" at this boot (/proc/driver/nvidia/version
+# on a real node; /proc cannot be written in a container)
+MODULE_VERSION = "/usr/lib/gpuctl-lab-sim/driver/module-version"
+LOADED_VERSION = "/run/gpuctl-lab-sim/driver/nvidia/version"
+_PROC_VERSION = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build  "
+    "(dvs-builder@U16-I3-B13-4-1)  Tue Feb 25 00:00:00 UTC 2025\n"
+    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n"
+)
+_PROC_RE = re.compile(r"^NVRM version: .*?Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)\s")
+
+
+def sim_path(path: str) -> str:
+    """``path`` under GPUCTL_SIM_ROOT (tests), else itself."""
+    root = os.environ.get("GPUCTL_SIM_ROOT", "/")
+    return os.path.join(root, path.lstrip("/"))
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(sim_path(path), encoding="utf-8") as handle:
+            return handle.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def installed_module() -> str | None:
+    """The installed kernel module's version; None without the module package."""
+    text = (_read(MODULE_VERSION) or "").strip()
+    return text or None
+
+
+def loaded_module() -> str | None:
+    """The version loaded at this boot (None: no module loaded since the boot)."""
+    text = _read(LOADED_VERSION)
+    match = _PROC_RE.match(text or "")
+    return match.group(1) if match else None
+
+
+def load_module() -> str | None:
+    """Load the installed module unless one is loaded; the loaded version (None: none)."""
+    loaded = loaded_module()
+    if loaded is not None:
+        return loaded
+    version = installed_module()
+    if version is None:
+        return None
+    path = sim_path(LOADED_VERSION)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(_PROC_VERSION.format(version=version))
+    return version
 
 
 def gpu_count(profile_path: str | None = None) -> int:
@@ -97,12 +158,15 @@ def main(argv: Sequence[str]) -> int:
             sys.stderr.write(f"nvidia-devices: no simulated module {args[1:2]}\n")
             return 1
         module = args[1].replace("_", "-")
-        if module not in ("nvidia", "nvidia-uvm"):
-            return 0  # loading it makes no device node
     elif args:
         sys.stderr.write("usage: nvidia-devices [modprobe MODULE [OPTIONS...]]\n")
         return 2
+    else:
+        module = "nvidia"
     try:
+        load_module()  # every module of the set needs nvidia (modprobe loads it first)
+        if module not in ("nvidia", "nvidia-uvm"):
+            return 0  # loading it makes no device node
         count = gpu_count()
         made = make_devices(dev_dir, count)
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -199,6 +199,7 @@ SPECS: dict[str, FaultSpec] = {
         ),
         FaultSpec("firmware", "TARGET=VERSION", "a firmware version overridden", _firmware, True),
         FaultSpec("no_reboot", "", "the node does not come back after its next reboot", _flag),
+        FaultSpec("fw_update_fails", "", "the node's BMC fails every firmware update task", _flag),
     )
 }
 

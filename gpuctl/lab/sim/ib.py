@@ -1,10 +1,14 @@
 """InfiniBand/RoCE tool outputs for a simulated node: ``ibstat``, ``ibv_devinfo``, ``ibdev2netdev``.
 Layouts are copied from real captures in tests/fixtures/ib. Standard library only.
+
+The firmware version ``ibstat`` and ``ibv_devinfo`` print is the one running now, from the same
+state as ``mlxfwmanager`` (gpuctl/lab/sim/mft.py): a burned image once the node has rebooted.
 """
 
 from __future__ import annotations
 
 from .common import Faults, Hca, Profile, hcas
+from .mft import running_hcas
 
 _SPEED = {  # per-lane speed ibv_devinfo prints for a 4X link of this rate
     800: "200.0 Gbps (256)",
@@ -61,7 +65,7 @@ class IbError(Exception):
 def ibstat(
     profile: Profile, faults: Faults, node: str, ca: str | None = None, port: str | None = None
 ) -> str:
-    devices = hcas(profile, faults, node)
+    devices = running_hcas(profile, faults, node)
     if ca is not None:
         devices = [d for d in devices if d.name == ca]
         if not devices:
@@ -90,7 +94,7 @@ def _colon_guid(guid: str) -> str:
 def ibv_devinfo(
     profile: Profile, faults: Faults, node: str, device: str | None = None, verbose: bool = False
 ) -> str:
-    devices = hcas(profile, faults, node)
+    devices = running_hcas(profile, faults, node)
     if not devices:
         raise IbError("No IB devices found\n", 255)
     if device is not None:

@@ -15,11 +15,14 @@ rate (illustrative, not read from any machine); no expansion ROM is simulated, s
 Firmware state across reboots. A burn records, per HCA, the running and the flashed version and
 the node's boot id (``/proc/sys/kernel/random/boot_id``; systemd-nspawn gives every boot of a lab
 node a new one) in ``<state dir>/mft.json``, the state dir being the one of faults.json
-(/var/lib/gpuctl-lab-sim, on the node's disk). Every tool reads that file: while the boot id is
-the recorded one, the old firmware runs and the burned one is pending (``FW (Running)`` row,
-``FW Version(Running):`` line); once the boot id differs, the node has rebooted and the flashed
-version runs. No boot hook is needed. An HCA without an entry runs the profile's firmware (or the
-``firmware`` fault's). Test overrides: ``GPUCTL_SIM_STATE_DIR``, ``GPUCTL_SIM_BOOT_ID_FILE``.
+(/var/lib/gpuctl-lab-sim, on the node's disk). Every tool reads that file (``ibstat`` and
+``ibv_devinfo`` too, through :func:`running_hcas`): while the boot id is the recorded one, the old
+firmware runs and the burned one is pending (``FW (Running)`` row, ``FW Version(Running):`` line;
+the verbs tools show the running one); once the boot id differs, the node has rebooted and the
+flashed version runs. No boot hook is needed. An HCA without an entry runs the profile's
+firmware. The ``firmware`` fault overrides both versions of the HCAs it names, burned or not, in
+every tool, and is never written to the file. Test overrides: ``GPUCTL_SIM_STATE_DIR``,
+``GPUCTL_SIM_BOOT_ID_FILE``.
 
 Lab firmware images (lab-only; a real image is a binary .bin or .mfa): a text file
 
@@ -36,9 +39,9 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .common import Faults, Hca, Profile, hcas
+from .common import Faults, Hca, Profile, hca_firmware_fault, hcas
 
 DEFAULT_STATE_DIR = "/var/lib/gpuctl-lab-sim"
 STATE_FILE = "mft.json"
@@ -170,12 +173,37 @@ def _read_state(directory: str) -> dict[str, object]:
 def firmware_state(
     profile: Profile, faults: Faults, node: str, directory: str | None = None
 ) -> dict[str, Firmware]:
-    """Per HCA name, the firmware running now and the one on flash (see the module docstring)."""
+    """Per HCA name, the firmware running now and the one on flash (see the module docstring):
+    the ``firmware`` fault's version where it names the HCA, else the burned state."""
+    burned = _burned_state(profile, node, directory)
+    result = {}
+    for name, fw in burned.items():
+        fault = hca_firmware_fault(faults, name)
+        result[name] = Firmware(fault, fault) if fault else fw
+    return result
+
+
+def running_hcas(profile: Profile, faults: Faults, node: str) -> list[Hca]:
+    """:func:`~.common.hcas` with each HCA's ``firmware`` the version running now, as
+    ``mlxfwmanager`` shows it (``FW (Running)``): what ``ibstat`` and ``ibv_devinfo`` print. An
+    unreadable state file is mlxfwmanager's error to report; the verbs tools then show the
+    profile's (or the fault's) version, as before any burn."""
+    devices = hcas(profile, faults, node)
+    try:
+        states = firmware_state(profile, faults, node)
+    except MftError:
+        return devices
+    return [replace(hca, firmware=states[hca.name].running) for hca in devices]
+
+
+def _burned_state(profile: Profile, node: str, directory: str | None) -> dict[str, Firmware]:
+    """Per HCA name, the firmware state the file records (the profile's where it has none),
+    faults left out: what a burn starts from and saves."""
     data = _read_state(directory or state_dir())
     entries = data.get("hcas") if isinstance(data.get("hcas"), dict) else {}
     rebooted = data.get("boot_id") != boot_id()
     result = {}
-    for hca in hcas(profile, faults, node):
+    for hca in hcas(profile, {}, node):
         entry = entries.get(hca.name) if isinstance(entries, dict) else None
         if not isinstance(entry, dict) or not entry.get("flashed"):
             result[hca.name] = Firmware(hca.firmware, hca.firmware)
@@ -429,6 +457,7 @@ def mlxfwmanager_main(profile: Profile, faults: Faults, node: str, args: Sequenc
     if not yes:  # the prompt reads stdin; a lab node's tool runs have none: the answer is no
         out.append("Perform FW update? [y/N]: No updates performed\n")
         return ToolRun("".join(out), "", status)
+    saved = _burned_state(profile, node, None)  # what the file holds: no fault goes into it
     for number, (hca, result) in enumerate(results, 1):
         if hca not in need:
             label = "Error - no matching image found" if hca in no_image else result
@@ -438,8 +467,8 @@ def mlxfwmanager_main(profile: Profile, faults: Faults, node: str, args: Sequenc
         out.append("FSMST_INITIALIZE -   OK          \n")
         out.append("Writing Boot image component -   OK          \n")
         out.append("Done\n")
-        states[hca.name] = Firmware(states[hca.name].running, burned)
-    save_firmware_state(states)
+        saved[hca.name] = Firmware(saved[hca.name].running, burned)
+    save_firmware_state(saved)
     out.append("\nRestart needed for updates to take effect.\n")
     if no_image:
         err.append("-E- One or more errors were encountered.\n")

@@ -10,6 +10,7 @@ Paths (environment overrides, used by tests):
   GPUCTL_SIM_PROFILE  /etc/gpuctl-lab/hardware.json
   GPUCTL_SIM_FAULTS   /var/lib/gpuctl-lab-sim/faults.json (absent file: no faults)
   GPUCTL_SIM_NODE     the node name (default: the host name)
+  GPUCTL_SIM_ROOT     the root the driver's version files are under (default /; see .driver)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from . import dcgm, fabric, ib, kernel, mft, nvsmi, nvsmi_xml, peer, perf, ranks
+from . import dcgm, driver, fabric, ib, kernel, mft, nvsmi, nvsmi_xml, peer, perf, ranks
 from .common import Faults, Profile, visible_gpus
 from .faults import FaultError, validate
 
@@ -59,7 +60,8 @@ class _Out:
 
 
 def load_state() -> tuple[Profile, Faults]:
-    """The node's profile and faults (raises OSError/ValueError/FaultError when unreadable)."""
+    """The node's profile, with the driver versions it runs now (:func:`.driver.effective_profile`),
+    and its faults (raises OSError/ValueError/FaultError when unreadable)."""
     profile_path = os.environ.get("GPUCTL_SIM_PROFILE", PROFILE_PATH)
     faults_path = os.environ.get("GPUCTL_SIM_FAULTS", FAULTS_PATH)
     with open(profile_path, encoding="utf-8") as handle:
@@ -73,7 +75,7 @@ def load_state() -> tuple[Profile, Faults]:
         faults = json.loads(text) if text.strip() else {}
     if not isinstance(faults, dict):
         raise ValueError(f"{faults_path}: not a JSON object")
-    return profile, validate(faults)
+    return driver.effective_profile(profile), validate(faults)
 
 
 def node_name() -> str:
@@ -140,6 +142,14 @@ Supported in this simulated node (gpuctl lab):
 
 
 def _smi(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    drv = driver.read(profile)
+    if args in (["-h"], ["--help"]):  # no NVML needed
+        io.out(_SMI_HELP.format(driver=drv.library))
+        return 0
+    failure = drv.smi_failure()  # NVML does not start: module not loaded, or not this version
+    if failure is not None:
+        io.out(failure[0])
+        return failure[1]
     if not visible_gpus(profile, faults, node):
         io.out("No devices were found\n")
         return 6
@@ -181,7 +191,7 @@ def _smi(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out)
         io.out(nvsmi.table(profile, faults, node))
         return 0
     if rest in (["-h"], ["--help"]):
-        io.out(_SMI_HELP.format(driver=profile["driver_version"]))
+        io.out(_SMI_HELP.format(driver=drv.library))
         return 0
     if rest in (["-L"], ["--list-gpus"]):
         io.out(nvsmi.listing(profile, faults, node))
@@ -545,8 +555,8 @@ def _fabricmanager(profile: Profile, faults: Faults, node: str, args: list[str],
 
 def _persistenced(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
     """nvidia-persistenced: its version, or (as the daemon) whether there are GPUs to hold."""
-    if args in (["--version"], ["-v"]):
-        io.out(f"nvidia-persistenced:  version {profile['driver_version']}\n")
+    if args in (["--version"], ["-v"]):  # its own package's version (user space)
+        io.out(f"nvidia-persistenced:  version {driver.read(profile).library}\n")
         return 0
     if not visible_gpus(profile, faults, node):
         io.err("nvidia-persistenced: Failed to query NVIDIA devices. Please ensure that the "
