@@ -68,7 +68,8 @@ from typing import Any, Final, Protocol
 
 import yaml
 
-from gpuctl.lab.system import LabError, run
+from gpuctl.lab.system import LabError, lab_dir, run
+from gpuctl.lab.system import run_dir as _run_dir
 
 LOG = logging.getLogger("gpuctl.lab.bmc")
 
@@ -122,23 +123,12 @@ _GPU_FIRMWARE_FILE = "var/lib/gpuctl-lab-sim/gpu-firmware.json"
 # Paths
 
 
-def lab_dir() -> Path:
-    """The lab directory (gpuctl.lab.lab.lab_dir; not imported: lab.py imports this module)."""
-    return Path(os.environ.get("GPUCTL_LAB_DIR", "/var/lib/gpuctl-lab"))
-
-
 def bmc_dir() -> Path:
     return lab_dir() / "bmc"
 
 
 def state_dir() -> Path:
     return bmc_dir() / "state"
-
-
-def _run_dir() -> Path:
-    d = lab_dir() / "run"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def ca_file() -> Path:

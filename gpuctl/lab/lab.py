@@ -47,6 +47,8 @@ from gpuctl.lab.sim import faults as sim_faults
 from gpuctl.lab.sim import kernel as sim_kernel
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.lab.system import LabError, require_root, run
+from gpuctl.lab.system import lab_dir as lab_dir
+from gpuctl.lab.system import run_dir as _run_dir
 from gpuctl.starter import starter
 
 BRIDGE = "gpuctl-br0"
@@ -58,10 +60,6 @@ BASE_PACKAGES = (
 )
 DEBIAN_MIRROR = os.environ.get("GPUCTL_LAB_MIRROR", "http://deb.debian.org/debian")
 BOOT_TIMEOUT_S = 120
-
-
-def lab_dir() -> Path:
-    return Path(os.environ.get("GPUCTL_LAB_DIR", "/var/lib/gpuctl-lab"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,12 +257,6 @@ def host_key(name: str) -> str:
 
 # ------------------------------------------------------------------------------------------
 # Processes
-
-
-def _run_dir() -> Path:
-    d = lab_dir() / "run"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def _pid(path: Path) -> int | None:

@@ -39,6 +39,8 @@ from typing import Any
 import yaml
 
 from gpuctl.lab.system import LabError, run
+from gpuctl.lab.system import lab_dir as _lab_dir
+from gpuctl.lab.system import run_dir as _run_dir
 
 HOST_ADDRESS = "198.18.0.1"
 PROXY_PORT = 3142
@@ -55,22 +57,12 @@ ORIGIN = "gpuctl-lab"
 _STAMP = ".gpuctl-repo-stamp"
 
 
-def _lab_dir() -> Path:
-    return Path(os.environ.get("GPUCTL_LAB_DIR", "/var/lib/gpuctl-lab"))
-
-
 def repo_dir() -> Path:
     return _lab_dir() / "repo"
 
 
 def cache_dir() -> Path:
     return _lab_dir() / "apt-cache"
-
-
-def _run_dir() -> Path:
-    d = _lab_dir() / "run"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 # ------------------------------------------------------------------------------------------

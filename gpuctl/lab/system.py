@@ -6,8 +6,21 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpuctl.errors import EnvironmentProblem
+
+
+def lab_dir() -> Path:
+    """The lab's directory: ``$GPUCTL_LAB_DIR``, default /var/lib/gpuctl-lab."""
+    return Path(os.environ.get("GPUCTL_LAB_DIR", "/var/lib/gpuctl-lab"))
+
+
+def run_dir() -> Path:
+    """``<lab dir>/run``: pid files and logs of the lab's processes (made when missing)."""
+    d = lab_dir() / "run"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 class LabError(EnvironmentProblem):
