@@ -92,3 +92,21 @@ def installed_packages(node: str) -> list[str]:
         check=False,
     )
     return [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ii")]
+
+
+def on(node: str, command: str, timeout: float = 120) -> str:
+    """Run ``command`` on a lab node; its stdout (asserts it succeeded)."""
+    res = sh(lab.address_of(node), command, timeout=timeout)
+    assert res.returncode == 0, (node, command, res.stdout[-1500:], res.stderr[-1500:])
+    return res.stdout
+
+
+def boot_id(node: str) -> str:
+    return on(node, "cat /proc/sys/kernel/random/boot_id").strip()
+
+
+def slurm(node: str) -> tuple[str, str]:
+    """(state, reason) as sinfo shows them."""
+    out = on("ctl01", f'sinfo -h -N -n {node} -o "%T|%E"').strip().splitlines()[0]
+    state, reason = out.split("|", 1)
+    return state, reason

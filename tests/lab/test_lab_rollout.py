@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_helpers import COMPUTE, GPUCTL, ProvisionedLab, gpuctl, sh
+from lab_helpers import COMPUTE, GPUCTL, ProvisionedLab, gpuctl, on, slurm
 
 from gpuctl.config import load_cluster
 from gpuctl.lab import lab
@@ -27,12 +27,6 @@ from gpuctl.lab import lab
 pytestmark = pytest.mark.lab
 
 REASON = "gpuctl rollout: nic-firmware {}"
-
-
-def on(node: str, command: str, timeout: float = 120) -> str:
-    res = sh(lab.address_of(node), command, timeout=timeout)
-    assert res.returncode == 0, (node, command, res.stdout[-1500:], res.stderr[-1500:])
-    return res.stdout
 
 
 def fw(node: str) -> tuple[str, str]:
@@ -67,13 +61,6 @@ def image(tmp: Path, version: str) -> Path:
     assert res.returncode == 0, res.stderr
     assert f"PSID: {psid(COMPUTE[0])}" in path.read_text(encoding="utf-8")
     return path
-
-
-def slurm(node: str) -> tuple[str, str]:
-    """(state, reason) as sinfo shows them."""
-    out = on("ctl01", f'sinfo -h -N -n {node} -o "%T|%E"').strip().splitlines()[0]
-    state, reason = out.split("|", 1)
-    return state, reason
 
 
 def wait_idle(nodes: tuple[str, ...] = COMPUTE, timeout: float = 120) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from lab_helpers import COMPUTE, GPUCTL, ProvisionedLab, gpuctl, sh
+from lab_helpers import COMPUTE, GPUCTL, ProvisionedLab, boot_id, gpuctl, on, slurm
 
 from gpuctl.config import load_cluster
 from gpuctl.config.derived import nodes as cluster_nodes
@@ -31,26 +31,10 @@ from gpuctl.rollout.bmc import BmcAccess, load_credentials
 pytestmark = pytest.mark.lab
 
 
-def on(node: str, command: str, timeout: float = 120) -> str:
-    res = sh(lab.address_of(node), command, timeout=timeout)
-    assert res.returncode == 0, (node, command, res.stdout[-1500:], res.stderr[-1500:])
-    return res.stdout
-
-
 def vbios(node: str) -> set[str]:
     """The VBIOS versions the node's nvidia-smi shows (one per GPU)."""
     out = on(node, "nvidia-smi --query-gpu=vbios_version --format=csv,noheader")
     return {line.strip() for line in out.splitlines() if line.strip()}
-
-
-def boot_id(node: str) -> str:
-    return on(node, "cat /proc/sys/kernel/random/boot_id").strip()
-
-
-def slurm(node: str) -> tuple[str, str]:
-    out = on("ctl01", f'sinfo -h -N -n {node} -o "%T|%E"').strip().splitlines()[0]
-    state, reason = out.split("|", 1)
-    return state, reason
 
 
 def package(tmp: Path, component: str, version: str) -> Path:

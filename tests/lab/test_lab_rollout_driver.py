@@ -20,12 +20,19 @@ from typing import Any
 
 import pytest
 import yaml
-from lab_helpers import GPUCTL, ProvisionedLab, gpuctl, sh
+from lab_helpers import GPUCTL, ProvisionedLab, boot_id, gpuctl, sh, slurm
+from lab_helpers import on as on_node
 
 from gpuctl.lab import lab
 from gpuctl.lab.sim import devices
 
 pytestmark = pytest.mark.lab
+
+
+def on(node: str, command: str, timeout: float = 300) -> str:
+    """lab_helpers.on with this module's longer default (package installs)."""
+    return on_node(node, command, timeout)
+
 
 OLD, NEW = "570.172.08", "570.195.03"  # the lab's pin, and more_versions in repo_packages.yml
 NODE = "gpu003"
@@ -43,12 +50,6 @@ MISMATCH = (
 )
 
 
-def on(node: str, command: str, timeout: float = 300) -> str:
-    res = sh(lab.address_of(node), command, timeout=timeout)
-    assert res.returncode == 0, (node, command, res.stdout[-1500:], res.stderr[-1500:])
-    return res.stdout
-
-
 def smi(node: str) -> tuple[int, str]:
     """(exit status, stdout) of the query the rollout and the nvidia_driver role read."""
     res = sh(lab.address_of(node), "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
@@ -62,16 +63,6 @@ def installed(node: str) -> dict[str, str]:
 
 def at(version: str) -> dict[str, str]:
     return dict.fromkeys(DRIVER_PACKAGES + FM_PACKAGES, f"{version}-1")
-
-
-def boot_id(node: str) -> str:
-    return on(node, "cat /proc/sys/kernel/random/boot_id").strip()
-
-
-def slurm(node: str) -> tuple[str, str]:
-    out = on("ctl01", f'sinfo -h -N -n {node} -o "%T|%E"').strip().splitlines()[0]
-    state, reason = out.split("|", 1)
-    return state, reason
 
 
 def wait_idle(node: str, timeout: float = 120) -> None:
