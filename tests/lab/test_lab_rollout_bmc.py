@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,17 @@ def vbios(node: str) -> set[str]:
     """The VBIOS versions the node's nvidia-smi shows (one per GPU)."""
     out = on(node, "nvidia-smi --query-gpu=vbios_version --format=csv,noheader")
     return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+def idle(node: str, timeout: float = 60) -> bool:
+    """Idle in sinfo within ``timeout``: after a power cycle slurmd re-registers a few seconds
+    after the node is resumed (sinfo shows ``idle*``, not responding, meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while slurm(node)[0] != "idle":
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(2)
+    return True
 
 
 def package(tmp: Path, component: str, version: str) -> Path:
@@ -130,7 +142,7 @@ def test_gpu_firmware_is_flashed_through_the_bmc_and_activated_by_a_power_cycle(
         assert st["nodes"][n]["phase"] == "done", st["nodes"][n]
         assert vbios(n) == {version}
         assert boot_id(n) != boots[n]
-        assert slurm(n)[0] == "idle"
+        assert idle(n)
     lines = audit(state)
     cycles = [x for x in lines if x["event"] == "restart-issued"]
     assert Counter(x["node"] for x in cycles) == {"gpu001": 1, "gpu003": 1}
@@ -147,7 +159,7 @@ def test_gpu_firmware_is_flashed_through_the_bmc_and_activated_by_a_power_cycle(
     phases = {n: s["phase"] for n, s in st["nodes"].items()}
     assert phases == {"gpu001": "skipped", "gpu002": "done", "gpu003": "skipped"}, phases
     assert vbios("gpu002") == {version}
-    assert slurm("gpu002")[0] == "idle"
+    assert idle("gpu002")
     assert_secret_nowhere(password, state, out, err)
 
 
@@ -181,7 +193,7 @@ def test_bmc_firmware_with_credentials_from_the_environment(cluster: Path, tmp_p
     for n in ("gpu001", "gpu002"):
         assert bmc_version(cluster, n) == version
         assert boot_id(n) == boots[n]  # the host kept running
-        assert slurm(n)[0] == "idle"
+        assert idle(n)
     assert not any(x["event"] == "restart-issued" for x in audit(state))
     assert_secret_nowhere(creds.secret(), state, out, err)
     # a wrong password: the BMC refuses (401), the node fails closed, nothing leaks
