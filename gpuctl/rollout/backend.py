@@ -15,8 +15,11 @@ from gpuctl.errors import GpuctlError
 from gpuctl.rollout.model import Component, Restart
 
 DRAIN_FLAGS: frozenset[str] = frozenset({"DRAIN", "DRAINED", "DRAINING"})
-DOWN_FLAGS: frozenset[str] = frozenset(
-    {"DOWN", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"}
+# slurmctld cannot reach the node's slurmd: ``NOT_RESPONDING`` in ``scontrol show node``'s
+# State, ``*`` after the state in its short form (``IDLE*``, sinfo's ``idle*``)
+NOT_RESPONDING_FLAGS: frozenset[str] = frozenset({"NOT_RESPONDING", "NO_RESPOND", "*"})
+DOWN_FLAGS: frozenset[str] = (
+    frozenset({"DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"}) | NOT_RESPONDING_FLAGS
 )
 # other states where someone else has the node: gpuctl leaves it alone
 OTHER_HOLD_FLAGS: frozenset[str] = frozenset(
@@ -47,6 +50,11 @@ class SlurmNode:
     @property
     def is_down(self) -> bool:
         return bool(self.flags & DOWN_FLAGS)
+
+    @property
+    def responding(self) -> bool:
+        """slurmctld reaches the node's slurmd (after a reboot: slurmd has registered again)."""
+        return not self.flags & NOT_RESPONDING_FLAGS
 
     def drained_with(self, reason: str) -> bool:
         """Drained, with exactly this reason (gpuctl's test for "still mine")."""

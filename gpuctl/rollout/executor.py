@@ -18,9 +18,11 @@ Per node (``Phase`` names in brackets; each is written to state.json, with an au
    BMC resets itself) are polled until it is, at most ``reboot_timeout_s``.
 7. [validating] ``validate`` at ``policy.validate_level``; a failed validation leaves the node
    drained with gpuctl's reason and fails it.
-8. [resuming] resume only if the node is still drained with gpuctl's reason. An operator who
-   re-drained it with another reason keeps it: the node is ``done`` with the reason
-   "left drained: reason changed by someone else (...)" and gpuctl gives up its slot.
+8. [resuming] resume only if the node is still drained with gpuctl's reason, and only once
+   Slurm shows its slurmd responding (after a reboot slurmd must register again; until then the
+   node shows ``NOT_RESPONDING``, at most ``reboot_timeout_s``, else it fails, left drained).
+   An operator who re-drained it with another reason keeps it: the node is ``done`` with the
+   reason "left drained: reason changed by someone else (...)" and gpuctl gives up its slot.
 
 Any :class:`BackendError` fails the node in the phase it happened in; a node gpuctl drained
 stays drained (``NodeState.drained``), is never resumed after a failed update, and keeps its
@@ -600,9 +602,24 @@ class Executor:
             self._fail(node, Phase.VALIDATING, f"validation ({level}) failed: {outcome.reason}")
 
     def _step_resuming(self, node: str, reconcile: bool) -> None:
-        slurm = self._backend.slurm_node(node)
+        b = self._backend
+        slurm = b.slurm_node(node)
+        # a node back from a reboot is in service again only once its slurmd has registered:
+        # until then Slurm shows it NOT_RESPONDING (``idle*``) and it keeps its slot
+        timeout, start = self._policy.reboot_timeout_s, b.now()
+        while slurm.drained_with(self._reason) and not slurm.responding:
+            if b.now() - start >= timeout:
+                self._fail(
+                    node,
+                    Phase.RESUMING,
+                    f"slurmd on {node} not responding to slurmctld {seconds(timeout)} s after "
+                    f"the update (Slurm state {'+'.join(sorted(slurm.flags))}); left drained",
+                )
+                return
+            b.sleep(self._policy.poll_interval_s)
+            slurm = b.slurm_node(node)
         if slurm.drained_with(self._reason):
-            self._backend.resume(node)
+            b.resume(node)
             self._end(node, Phase.DONE, "", AuditEvent("resumed", node), drained=False)
         elif slurm.is_drained:
             self._end(

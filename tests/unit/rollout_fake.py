@@ -57,6 +57,10 @@ class Script:
     versions_unreadable: bool = False  # versions() always fails
     wrong_version: bool = False  # the restart discards the pending version
     pending_hidden: bool = False  # versions() cannot show a staged version (Redfish, HGX GPUs)
+    # after a restart Slurm shows the node NOT_RESPONDING for this many slurm_node calls
+    # (slurmd registers late), or for ever
+    slurmd_late: int = 0
+    slurmd_never: bool = False
 
 
 @dataclass
@@ -71,6 +75,8 @@ class FakeNode:
     jobs_left: int = 0
     applies: int = 0  # apply calls that flashed something
     restarts: int = 0
+    unregistered: int = 0  # slurm_node calls left showing NOT_RESPONDING; -1: for ever
+    resumed_unregistered: int = 0  # resume calls while Slurm showed it NOT_RESPONDING
 
 
 def _activates(kind: Restart, needed: Restart) -> bool:
@@ -122,6 +128,8 @@ class FakeBackend:
             flags.add("DRAIN")
         if n.down:
             flags.add("DOWN")
+        if n.unregistered:
+            flags.add("NOT_RESPONDING")
         return frozenset(flags)
 
     def snapshot(self) -> dict[str, tuple[Any, ...]]:
@@ -184,9 +192,12 @@ class FakeBackend:
 
     def slurm_node(self, node: str) -> SlurmNode:
         with self._lock:
-            self._enter("slurm_node", node)
+            n = self._enter("slurm_node", node)
             try:
-                return SlurmNode(self.flags(node), self.nodes[node].reason)
+                seen = SlurmNode(self.flags(node), n.reason)
+                if n.unregistered > 0:
+                    n.unregistered -= 1
+                return seen
             finally:
                 self._leave()
 
@@ -208,6 +219,8 @@ class FakeBackend:
         with self._lock:
             n = self._enter("resume", node)
             try:
+                if n.unregistered:
+                    n.resumed_unregistered += 1
                 n.drained, n.reason = False, None
             finally:
                 self._leave()
@@ -264,6 +277,7 @@ class FakeBackend:
                 if n.script.no_come_back:
                     n.down = True
                     return
+                n.unregistered = -1 if n.script.slurmd_never else n.script.slurmd_late
                 for component, pending in n.pending.items():
                     if pending is None or not _activates(kind, RESTART_KIND[component]):
                         continue

@@ -159,9 +159,25 @@ def test_slurm_state_and_reason_from_a_real_scontrol_record(cluster_yml: Path) -
     node = backend(cluster_yml, script).slurm_node("gpu001")
     assert node.flags == frozenset({"IDLE", "DRAIN"})
     assert node.is_drained
+    assert node.responding
     assert node.reason is not None
     assert node.reason.startswith("gres/gpu count reported lower")
     assert script.log[0][0] == "ctl01"  # asked on the controller
+
+
+@pytest.mark.parametrize(
+    "state",
+    # scontrol's long form (Slurm >= 20.02) and the short one with the "*" suffix
+    ["IDLE+DRAIN+NOT_RESPONDING", "IDLE*+DRAIN"],
+)
+def test_slurmd_not_responding_is_seen_in_either_state_form(cluster_yml: Path, state: str) -> None:
+    text = body(FIXTURES / "slurm" / "scontrol-show-node-idle-drain-gres-count-lower-rtx3090.txt")
+    text = text.replace("yigou-dev-102-68", "gpu001").replace("State=IDLE+DRAIN", f"State={state}")
+    script = Script({("scontrol", "show", "node", "gpu001"): ok(text)})
+    node = backend(cluster_yml, script).slurm_node("gpu001")
+    assert node.is_drained
+    assert not node.responding
+    assert node.is_down  # someone else's such node is left alone
 
 
 def test_slurm_failures_are_errors_not_states(cluster_yml: Path) -> None:

@@ -308,6 +308,45 @@ def test_wrong_version_after_restart_fails(tmp_path: Path) -> None:
     assert fake.calls_of("validate") == []
 
 
+def test_resume_waits_until_slurmd_has_registered_after_the_reboot(tmp_path: Path) -> None:
+    # Slurm shows the rebooted node NOT_RESPONDING (idle*) for 4 more polls: resuming it then
+    # would put a node Slurm cannot reach back in service and free its slot too early
+    fake = make_fake(names(2), scripts={"gpu001": Script(slurmd_late=4)})
+    state, audit, _ = run(tmp_path, fake, Policy(max_unavailable=1, poll_interval_s=1))
+
+    assert state.status is Status.DONE
+    assert fake.nodes["gpu001"].resumed_unregistered == 0
+    assert slurm(fake, "gpu001") == (["IDLE"], None)
+    events = [(line["event"], line.get("node")) for line in audit]
+    resumed = events.index(("resumed", "gpu001"))
+    # gpu002 starts only after gpu001 is back in service
+    assert resumed < events.index(("draining", "gpu002"))
+    assert replay_audit(audit, 1, []).peak == 1
+
+
+def test_slurmd_that_never_registers_fails_the_node_left_drained(tmp_path: Path) -> None:
+    fake = make_fake(names(2), scripts={"gpu001": Script(slurmd_never=True)})
+    policy = Policy(max_unavailable=1, failure_threshold=2, reboot_timeout_s=60, poll_interval_s=5)
+    state, audit, _ = run(tmp_path, fake, policy)
+
+    assert node_view(state, "gpu001") == (
+        "failed",
+        "slurmd on gpu001 not responding to slurmctld 60 s after the update "
+        "(Slurm state DRAIN+IDLE+NOT_RESPONDING); left drained",
+        True,
+    )
+    assert state.nodes["gpu001"].failed_phase is Phase.RESUMING
+    assert "gpu001" not in fake.calls_of("resume")
+    assert slurm(fake, "gpu001") == (["DRAIN", "IDLE", "NOT_RESPONDING"], REASON)
+    # bounded: 13 reads in the wait (one per poll_interval_s over reboot_timeout_s), plus the
+    # coordinator's own reads (the check before its drain, the failed-holds refresh)
+    assert 13 <= fake.calls_of("slurm_node").count("gpu001") <= 18
+    # it holds the only slot, so the rollout halts instead of taking gpu002 out too
+    assert state.status is Status.HALTED
+    assert state.nodes["gpu002"].phase is Phase.PENDING
+    assert replay_audit(audit, 1, []).violations == []
+
+
 def test_threshold_halts_further_batches(tmp_path: Path) -> None:
     fake = make_fake(
         names(6),

@@ -61,6 +61,7 @@ KINDS = (
     ["ok"] * 6
     + ["foreign", "down", "at_target", "versions_unreadable"]
     + ["drain_timeout", "apply_error", "no_come_back", "validation_fail", "wrong_version"]
+    + ["slurmd_late", "slurmd_never"]
 )
 
 
@@ -86,7 +87,7 @@ class Scenario:
         for name, kind, jobs in zip(self.names, self.kinds, self.jobs, strict=True):
             script = Script(jobs_polls=jobs)
             if hasattr(script, kind):
-                setattr(script, kind, True)
+                setattr(script, kind, 3 if kind == "slurmd_late" else True)
             scripts[name] = script
         return make_fake(
             self.names,
@@ -143,6 +144,8 @@ def expected_end(kind: str, component: Component) -> tuple[Phase, Phase | None] 
         # the BMC needs no restart: these scripts never trigger
         "no_come_back": (Phase.FAILED, Phase.WAITING_UP) if restarts else (Phase.DONE, None),
         "wrong_version": (Phase.FAILED, Phase.VERIFYING) if restarts else (Phase.DONE, None),
+        "slurmd_late": (Phase.DONE, None),
+        "slurmd_never": (Phase.FAILED, Phase.RESUMING) if restarts else (Phase.DONE, None),
     }[kind]
 
 
@@ -157,6 +160,7 @@ def check_run(
     for node in untouchable:
         assert node not in fake.calls_of("drain") + fake.calls_of("resume")
     assert max(fake.applies().values()) <= 1
+    assert not any(n.resumed_unregistered for n in fake.nodes.values())
 
     # nodes gpuctl holds: the audit, state.json and Slurm agree, and each is a recorded failure
     ours = drain_reason(scenario.component, "2.0")
