@@ -5,7 +5,6 @@ nothing (no pin) or stop at its preflight (a version without its build number)."
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from playbook_run import ansible_playbook
 
 from gpuctl.config import load_cluster, load_cluster_text
 from gpuctl.lab.repo import load_specs
@@ -151,28 +151,12 @@ def _play(tmp: Path, version: str | None) -> subprocess.CompletedProcess[str]:
     }
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
     env = {
-        **os.environ,
         "ANSIBLE_ROLES_PATH": str(ROLE.parent),
         "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-        "ANSIBLE_HOME": str(tmp / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp / ".t"),
-        "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_GATHER_SUBSET": "min",
     }
-    return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            str(tmp / "inventory.yml"),
-            str(PLAYBOOKS / "mft.yml"),
-        ],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    args = ["-i", str(tmp / "inventory.yml"), str(PLAYBOOKS / "mft.yml")]
+    return ansible_playbook(tmp, args, env)
 
 
 def _recap(stdout: str) -> dict[str, dict[str, int]]:

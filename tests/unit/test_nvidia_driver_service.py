@@ -6,13 +6,12 @@ is no version and must not stop the module from being loaded."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from playbook_run import ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ROOT / "playbooks" / "roles" / "nvidia_driver" / "tasks" / "service.yml"
@@ -65,23 +64,8 @@ def _run(tmp: Path, smi_body: str, modprobe_rc: int) -> tuple[dict[str, object],
         }
     ]
     (tmp / "play.yml").write_text(yaml.safe_dump(play), encoding="utf-8")
-    env = {
-        **os.environ,
-        "ANSIBLE_HOME": str(tmp / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp / ".t"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOCALHOST_WARNING": "False",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-    }
-    res = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), str(tmp / "play.yml")],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    quiet = {"ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}
+    res = ansible_playbook(tmp, [str(tmp / "play.yml")], quiet)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     facts = json.loads(out.read_text(encoding="utf-8"))
     assert isinstance(facts, dict)

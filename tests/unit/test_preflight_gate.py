@@ -10,15 +10,14 @@ does one that docs/compatibility.md does not list.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from playbook_run import ansible_playbook
 
 from gpuctl.config import load_cluster
 from gpuctl.render import render_cluster
@@ -125,31 +124,13 @@ def _run(hosts: dict[str, dict[str, Any]], tmp: Path) -> tuple[int, dict[str, li
     }
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
     env = {
-        **os.environ,
         "ANSIBLE_ROLES_PATH": str(ROLE.parent),
         "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.oneline",
         "ANSIBLE_GATHERING": "explicit",
         "ANSIBLE_FORKS": "8",
-        "ANSIBLE_HOME": str(tmp / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp / ".t"),
-        "ANSIBLE_NOCOLOR": "1",
     }
-    res = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            str(tmp / "inventory.yml"),
-            str(PLAYBOOK),
-            "--tags",
-            "preflight_versions",
-        ],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    args = ["-i", str(tmp / "inventory.yml"), str(PLAYBOOK), "--tags", "preflight_versions"]
+    res = ansible_playbook(tmp, args, env)
     results: dict[str, list[Any]] = {name: [] for name in hosts}
     for m in re.finditer(r"^(\S+) \| (\w+)!? => (\{.*\})$", res.stdout, re.M):
         results.setdefault(m.group(1), []).append((m.group(2), json.loads(m.group(3))))

@@ -1,0 +1,32 @@
+"""Running ansible-playbook on this machine for the role tests: the virtualenv's ansible-playbook,
+Ansible's home and temporary files under the test's directory, no colours."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def ansible_playbook(
+    tmp: Path, args: Sequence[str], env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``ansible-playbook ARGS`` in ``tmp``; ``env`` adds ANSIBLE_* settings. Never raises on
+    the playbook's exit status: the caller asserts on it."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), *args],
+        cwd=tmp,
+        env={
+            **os.environ,
+            "ANSIBLE_HOME": str(tmp / ".ansible"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp / ".t"),
+            "ANSIBLE_NOCOLOR": "1",
+            **(env or {}),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
