@@ -21,6 +21,12 @@ NOT_RESPONDING_FLAGS: frozenset[str] = frozenset({"NOT_RESPONDING", "NO_RESPOND"
 DOWN_FLAGS: frozenset[str] = (
     frozenset({"DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"}) | NOT_RESPONDING_FLAGS
 )
+# Slurm shows a node NOT_RESPONDING for a moment right after ``scontrol update state=resume``
+# (it asks the node to register again; measured on Slurm 22.05 in the lab: IDLE+NOT_RESPONDING
+# for under a second) and after its slurmd restarted. A node whose only sign of trouble is that
+# flag is read again for this long (the default MessageTimeout is 10 s) before it counts as down.
+NOT_RESPONDING_GRACE_S = 20.0
+NOT_RESPONDING_POLL_S = 1.0
 # other states where someone else has the node: gpuctl leaves it alone
 OTHER_HOLD_FLAGS: frozenset[str] = frozenset(
     {"FAIL", "FAILING", "MAINT", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERING_UP"}
@@ -55,6 +61,13 @@ class SlurmNode:
     def responding(self) -> bool:
         """slurmctld reaches the node's slurmd (after a reboot: slurmd has registered again)."""
         return not self.flags & NOT_RESPONDING_FLAGS
+
+    @property
+    def only_not_responding(self) -> bool:
+        """Not responding, and nothing else about it would keep gpuctl off it (see
+        ``NOT_RESPONDING_GRACE_S``)."""
+        rest = SlurmNode(self.flags - NOT_RESPONDING_FLAGS, self.reason)
+        return not self.responding and rest.hold_reason() is None
 
     def drained_with(self, reason: str) -> bool:
         """Drained, with exactly this reason (gpuctl's test for "still mine")."""
@@ -133,3 +146,15 @@ class Backend(Protocol):
         ...
 
     def sleep(self, seconds: float) -> None: ...
+
+
+def settled_slurm_node(backend: Backend, node: str) -> SlurmNode:
+    """``backend.slurm_node(node)``, read again every ``NOT_RESPONDING_POLL_S`` while the node's
+    only trouble is NOT_RESPONDING, at most ``NOT_RESPONDING_GRACE_S``; the last reading then
+    stands (the node counts as down)."""
+    start = backend.now()
+    while True:
+        slurm = backend.slurm_node(node)
+        if not slurm.only_not_responding or backend.now() - start >= NOT_RESPONDING_GRACE_S:
+            return slurm
+        backend.sleep(NOT_RESPONDING_POLL_S)

@@ -3,7 +3,8 @@
 Per node (``Phase`` names in brackets; each is written to state.json, with an audit line,
 *before* its side effect, and its result after it):
 
-0. check (coordinator, read-only): Slurm state first (someone else has the node: ``left``), then
+0. check (coordinator, read-only): Slurm state first (someone else has the node: ``left``; a
+   node that is only NOT_RESPONDING is read again first, ``settled_slurm_node``), then
    the versions (running the target: ``skipped``; unreadable or unknown: ``failed``). Slurm comes
    first because a down node's version usually cannot be read: it is left, not failed.
 1. [draining] take a max_unavailable slot and drain with the reason
@@ -20,7 +21,8 @@ Per node (``Phase`` names in brackets; each is written to state.json, with an au
    drained with gpuctl's reason and fails it.
 8. [resuming] resume only if the node is still drained with gpuctl's reason, and only once
    Slurm shows its slurmd responding (after a reboot slurmd must register again; until then the
-   node shows ``NOT_RESPONDING``, at most ``reboot_timeout_s``, else it fails, left drained).
+   node shows ``NOT_RESPONDING``, at most ``reboot_timeout_s``, else it fails, left drained),
+   then again until the resume's own registration request is answered (else it fails, resumed).
    An operator who re-drained it with another reason keeps it: the node is ``done`` with the
    reason "left drained: reason changed by someone else (...)" and gpuctl gives up its slot.
 
@@ -77,7 +79,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from gpuctl.rollout.backend import Backend, BackendError
+from gpuctl.rollout.backend import Backend, BackendError, SlurmNode, settled_slurm_node
 from gpuctl.rollout.model import (
     IN_FLIGHT,
     RESTART_KIND,
@@ -265,7 +267,7 @@ class Executor:
         """Step 0: whether ``node`` is to be updated now; records skipped/left/failed."""
         b = self._backend
         try:
-            slurm = b.slurm_node(node)
+            slurm = settled_slurm_node(b, node)
             hold = slurm.hold_reason()
             if hold is not None:
                 self._end(node, Phase.LEFT, hold)
@@ -422,7 +424,7 @@ class Executor:
             reconcile = False
 
     def _step_draining(self, node: str, reconcile: bool) -> None:
-        slurm = self._backend.slurm_node(node)
+        slurm = settled_slurm_node(self._backend, node)
         if slurm.drained_with(self._reason):
             # a resumed rollout whose drain had gone through before the kill
             self._advance(node, Phase.WAITING_JOBS, AuditEvent("drained", node, {"found": True}))
@@ -601,25 +603,49 @@ class Executor:
         else:
             self._fail(node, Phase.VALIDATING, f"validation ({level}) failed: {outcome.reason}")
 
-    def _step_resuming(self, node: str, reconcile: bool) -> None:
+    def _await_slurmd(self, node: str, done: Callable[[SlurmNode], bool]) -> tuple[SlurmNode, bool]:
+        """Read Slurm's view of ``node`` every ``poll_interval_s`` until ``done`` holds, at most
+        ``reboot_timeout_s``: (the last reading, whether ``done`` held)."""
         b = self._backend
-        slurm = b.slurm_node(node)
-        # a node back from a reboot is in service again only once its slurmd has registered:
-        # until then Slurm shows it NOT_RESPONDING (``idle*``) and it keeps its slot
         timeout, start = self._policy.reboot_timeout_s, b.now()
-        while slurm.drained_with(self._reason) and not slurm.responding:
+        while True:
+            slurm = b.slurm_node(node)
+            if done(slurm):
+                return slurm, True
             if b.now() - start >= timeout:
+                return slurm, False
+            b.sleep(self._policy.poll_interval_s)
+
+    def _step_resuming(self, node: str, reconcile: bool) -> None:
+        # A node back from a reboot is in service again only once its slurmd has registered:
+        # until then Slurm shows it NOT_RESPONDING (``idle*``) and it keeps its slot. The
+        # resume itself makes Slurm ask the node to register again (NOT_RESPONDING until it
+        # has): the slot is given back once it has.
+        b, timeout = self._backend, seconds(self._policy.reboot_timeout_s)
+        slurm, ok = self._await_slurmd(
+            node, lambda s: s.responding or not s.drained_with(self._reason)
+        )
+        if not ok:
+            self._fail(
+                node,
+                Phase.RESUMING,
+                f"slurmd on {node} not responding to slurmctld {timeout} s after "
+                f"the update (Slurm state {'+'.join(sorted(slurm.flags))}); left drained",
+            )
+            return
+        if slurm.drained_with(self._reason):
+            b.resume(node)
+            slurm, ok = self._await_slurmd(node, lambda s: s.responding)
+            if not ok:
                 self._fail(
                     node,
                     Phase.RESUMING,
-                    f"slurmd on {node} not responding to slurmctld {seconds(timeout)} s after "
-                    f"the update (Slurm state {'+'.join(sorted(slurm.flags))}); left drained",
+                    f"resumed, but slurmd on {node} not responding to slurmctld {timeout} s "
+                    f"later (Slurm state {'+'.join(sorted(slurm.flags))})",
+                    AuditEvent("resumed", node),
+                    drained=False,
                 )
                 return
-            b.sleep(self._policy.poll_interval_s)
-            slurm = b.slurm_node(node)
-        if slurm.drained_with(self._reason):
-            b.resume(node)
             self._end(node, Phase.DONE, "", AuditEvent("resumed", node), drained=False)
         elif slurm.is_drained:
             self._end(

@@ -22,7 +22,13 @@ from gpuctl.config.model import Cluster
 from gpuctl.config.rules import roles_of
 from gpuctl.errors import UsageError
 from gpuctl.provision.runner import state_dir_for
-from gpuctl.rollout.backend import Backend, BackendError, SlurmNode, Versions
+from gpuctl.rollout.backend import (
+    Backend,
+    BackendError,
+    SlurmNode,
+    Versions,
+    settled_slurm_node,
+)
 from gpuctl.rollout.cluster import (
     ClusterBackend,
     check_supported,
@@ -128,7 +134,7 @@ def read_nodes(
     def one(node: str) -> None:
         # unread: planned "unknown" (Slurm state not read), never assumed in service
         with contextlib.suppress(BackendError):
-            slurm[node] = backend.slurm_node(node)
+            slurm[node] = settled_slurm_node(backend, node)
         try:
             versions[node] = backend.versions(node, component)
         except BackendError as exc:

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuctl.rollout.backend import BackendError, SlurmNode, ValidationOutcome, Versions
+from gpuctl.rollout.backend import (
+    BackendError,
+    SlurmNode,
+    ValidationOutcome,
+    Versions,
+    settled_slurm_node,
+)
 from gpuctl.rollout.executor import Executor
 from gpuctl.rollout.model import (
     RESTART_KIND,
@@ -61,6 +67,7 @@ class Script:
     # (slurmd registers late), or for ever
     slurmd_late: int = 0
     slurmd_never: bool = False
+    slurmd_lost_on_resume: bool = False  # registered after the restart, gone after the resume
 
 
 @dataclass
@@ -132,11 +139,17 @@ class FakeBackend:
             flags.add("NOT_RESPONDING")
         return frozenset(flags)
 
+    def settled_flags(self, name: str) -> frozenset[str]:
+        """``flags`` without a passing NOT_RESPONDING (a resume's): no end state, as how many
+        reads were left of it depends on where a run was killed."""
+        passing = {"NOT_RESPONDING"} if self.nodes[name].unregistered > 0 else set()
+        return self.flags(name) - passing
+
     def snapshot(self) -> dict[str, tuple[Any, ...]]:
         """What an operator sees afterwards: Slurm state and reason, versions, per node."""
         return {
             name: (
-                tuple(sorted(self.flags(name))),
+                tuple(sorted(self.settled_flags(name))),
                 n.reason,
                 tuple(sorted((str(c), v) for c, v in n.running.items())),
                 tuple(sorted((str(c), v) for c, v in n.pending.items())),
@@ -222,6 +235,10 @@ class FakeBackend:
                 if n.unregistered:
                     n.resumed_unregistered += 1
                 n.drained, n.reason = False, None
+                # as Slurm 22.05 does: NOT_RESPONDING until the node answers the registration
+                # request the resume sends (one poll here; slurmd_never: for ever)
+                lost = n.unregistered == -1 or n.script.slurmd_lost_on_resume
+                n.unregistered = -1 if lost else 1
             finally:
                 self._leave()
 
@@ -374,7 +391,7 @@ def plan_for(
     target: str = TARGET,
 ) -> Plan:
     """Read the cluster as the CLI would, plan, and reset the fake's call counters."""
-    slurm = {name: fake.slurm_node(name) for name in fake.nodes}
+    slurm = {name: settled_slurm_node(fake, name) for name in fake.nodes}
     versions: dict[str, Versions | BackendError] = {}
     for name in fake.nodes:
         try:

@@ -29,14 +29,18 @@ from rollout_fake import (
 
 from gpuctl.rollout.executor import Executor
 from gpuctl.rollout.model import (
+    Action,
     Component,
+    NodePlan,
     Phase,
+    Plan,
     Policy,
     PolicyError,
     RolloutState,
     Status,
     drain_reason,
 )
+from gpuctl.rollout.run import read_nodes
 from gpuctl.rollout.store import RolloutStore
 
 REASON = drain_reason(Component.DRIVER, TARGET)
@@ -74,7 +78,11 @@ def run(
 
 
 def slurm(fake: FakeBackend, node: str) -> tuple[list[str], str | None]:
-    return sorted(fake.flags(node)), fake.nodes[node].reason
+    return sorted(fake.settled_flags(node)), fake.nodes[node].reason
+
+
+def planned(plan: Plan) -> dict[str, NodePlan]:
+    return {p.node: p for p in plan.nodes}
 
 
 def node_view(state: RolloutState, node: str) -> tuple[str, str, bool]:
@@ -111,6 +119,10 @@ def test_happy_path_drains_waits_applies_restarts_validates_resumes(tmp_path: Pa
         "validate",
         "slurm_node",
         "resume",
+        # Slurm shows a node it just resumed NOT_RESPONDING until it registers again: the
+        # slot is given back once it has
+        "slurm_node",
+        "slurm_node",
     ]
     assert event_sequence(audit, "gpu001") == [
         "draining",
@@ -165,7 +177,11 @@ def test_write_ahead_every_phase_is_on_disk_before_its_side_effect(tmp_path: Pat
         ("wait_up", "waiting-up"),
         ("validate", "validating"),
     ]
-    assert seen[-1] == ("resume", "resuming")
+    assert ("resume", "resuming") in seen
+    # after the resume: only reads (Slurm's view) until the node is back in service
+    after = seen[seen.index(("resume", "resuming")) + 1 :]
+    assert after
+    assert all(m == "slurm_node" for m, _ in after)
 
 
 def test_power_cycle_for_gpu_firmware_and_no_restart_for_the_bmc(tmp_path: Path) -> None:
@@ -345,6 +361,51 @@ def test_slurmd_that_never_registers_fails_the_node_left_drained(tmp_path: Path)
     assert state.status is Status.HALTED
     assert state.nodes["gpu002"].phase is Phase.PENDING
     assert replay_audit(audit, 1, []).violations == []
+
+
+def test_resumed_but_slurmd_gone_fails_the_node_not_drained(tmp_path: Path) -> None:
+    fake = make_fake(names(1), scripts={"gpu001": Script(slurmd_lost_on_resume=True)})
+    policy = Policy(max_unavailable=1, reboot_timeout_s=30, poll_interval_s=5)
+    state, audit, _ = run(tmp_path, fake, policy)
+
+    assert node_view(state, "gpu001") == (
+        "failed",
+        "resumed, but slurmd on gpu001 not responding to slurmctld 30 s later "
+        "(Slurm state IDLE+NOT_RESPONDING)",
+        False,
+    )
+    assert state.nodes["gpu001"].failed_phase is Phase.RESUMING
+    assert fake.calls_of("resume") == ["gpu001"]
+    assert event_sequence(audit, "gpu001")[-3:] == ["resuming", "resumed", "failed"]
+
+
+def test_a_node_slurm_has_just_resumed_is_read_again_not_taken_for_down(tmp_path: Path) -> None:
+    # the operator resumed gpu001 a moment ago: Slurm shows IDLE+NOT_RESPONDING until it
+    # registers again (3 reads here); gpuctl looks again instead of leaving it as "down"
+    fake = make_fake(names(2))
+    fake.nodes["gpu001"].unregistered = 3
+    slurm_seen, _ = read_nodes(fake, ["gpu001"], Component.DRIVER)  # what `plan` reads
+    assert slurm_seen["gpu001"].responding
+    fake.nodes["gpu001"].unregistered = 3
+    plan = plan_for(fake, POLICY)
+    assert planned(plan)["gpu001"].action is Action.UPDATE
+    fake.nodes["gpu001"].unregistered = 3  # and again when the executor checks it
+    state = Executor(fake, start(fake, tmp_path / "rollout", plan)).run()
+    assert state.status is Status.DONE
+    assert node_view(state, "gpu001") == ("done", "", False)
+    assert fake.nodes["gpu001"].running[Component.DRIVER] == TARGET
+
+
+def test_a_node_that_stays_not_responding_is_left_as_down(tmp_path: Path) -> None:
+    fake = make_fake(names(2))
+    fake.nodes["gpu002"].unregistered = -1
+    plan = plan_for(fake, POLICY)
+    assert planned(plan)["gpu002"].action is Action.LEAVE
+    assert planned(plan)["gpu002"].reason == "down (IDLE+NOT_RESPONDING)"
+    assert fake.count == 0  # plan_for reset the counters
+    state = Executor(fake, start(fake, tmp_path / "rollout", plan)).run()
+    assert state.nodes["gpu002"].phase is Phase.LEFT
+    assert "gpu002" not in fake.calls_of("drain")
 
 
 def test_threshold_halts_further_batches(tmp_path: Path) -> None:
