@@ -8,6 +8,7 @@ closed), never into a guess. Nothing a backend returns carries credentials.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,6 +59,11 @@ class SlurmNode:
         return bool(self.flags & DOWN_FLAGS)
 
     @property
+    def state(self) -> str:
+        """The flags as ``scontrol`` joins them (sorted): ``DRAIN+IDLE+NOT_RESPONDING``."""
+        return "+".join(sorted(self.flags)) or "no state"
+
+    @property
     def responding(self) -> bool:
         """slurmctld reaches the node's slurmd (after a reboot: slurmd has registered again)."""
         return not self.flags & NOT_RESPONDING_FLAGS
@@ -79,7 +85,7 @@ class SlurmNode:
         Checked before gpuctl drains a node: drained (by anyone: a node gpuctl did not drain in
         this rollout is someone else's), down, or in another administrative state.
         """
-        state = "+".join(sorted(self.flags)) or "no state"
+        state = self.state
         why = f": {self.reason}" if self.reason else ""
         if self.is_drained:
             return f"drained by someone else{why or ' (no reason given)'}"
@@ -148,13 +154,33 @@ class Backend(Protocol):
     def sleep(self, seconds: float) -> None: ...
 
 
-def settled_slurm_node(backend: Backend, node: str) -> SlurmNode:
-    """``backend.slurm_node(node)``, read again every ``NOT_RESPONDING_POLL_S`` while the node's
-    only trouble is NOT_RESPONDING, at most ``NOT_RESPONDING_GRACE_S``; the last reading then
-    stands (the node counts as down)."""
+def poll_slurm_node(
+    backend: Backend,
+    node: str,
+    done: Callable[[SlurmNode], bool],
+    timeout_s: float,
+    interval_s: float,
+) -> tuple[SlurmNode, bool]:
+    """Read Slurm's view of ``node`` every ``interval_s`` until ``done`` holds, at most
+    ``timeout_s``: (the last reading, whether ``done`` held)."""
     start = backend.now()
     while True:
         slurm = backend.slurm_node(node)
-        if not slurm.only_not_responding or backend.now() - start >= NOT_RESPONDING_GRACE_S:
-            return slurm
-        backend.sleep(NOT_RESPONDING_POLL_S)
+        if done(slurm):
+            return slurm, True
+        if backend.now() - start >= timeout_s:
+            return slurm, False
+        backend.sleep(interval_s)
+
+
+def settled_slurm_node(backend: Backend, node: str) -> SlurmNode:
+    """``backend.slurm_node(node)``, read again while the node's only trouble is NOT_RESPONDING,
+    at most ``NOT_RESPONDING_GRACE_S``; the last reading then stands (the node counts as down)."""
+    slurm, _ = poll_slurm_node(
+        backend,
+        node,
+        lambda s: not s.only_not_responding,
+        NOT_RESPONDING_GRACE_S,
+        NOT_RESPONDING_POLL_S,
+    )
+    return slurm

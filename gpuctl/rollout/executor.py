@@ -79,7 +79,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from gpuctl.rollout.backend import Backend, BackendError, SlurmNode, settled_slurm_node
+from gpuctl.rollout.backend import (
+    Backend,
+    BackendError,
+    SlurmNode,
+    poll_slurm_node,
+    settled_slurm_node,
+)
 from gpuctl.rollout.model import (
     IN_FLIGHT,
     RESTART_KIND,
@@ -604,17 +610,11 @@ class Executor:
             self._fail(node, Phase.VALIDATING, f"validation ({level}) failed: {outcome.reason}")
 
     def _await_slurmd(self, node: str, done: Callable[[SlurmNode], bool]) -> tuple[SlurmNode, bool]:
-        """Read Slurm's view of ``node`` every ``poll_interval_s`` until ``done`` holds, at most
-        ``reboot_timeout_s``: (the last reading, whether ``done`` held)."""
-        b = self._backend
-        timeout, start = self._policy.reboot_timeout_s, b.now()
-        while True:
-            slurm = b.slurm_node(node)
-            if done(slurm):
-                return slurm, True
-            if b.now() - start >= timeout:
-                return slurm, False
-            b.sleep(self._policy.poll_interval_s)
+        """Slurm's view of ``node`` polled until ``done``, at most ``reboot_timeout_s``."""
+        policy = self._policy
+        return poll_slurm_node(
+            self._backend, node, done, policy.reboot_timeout_s, policy.poll_interval_s
+        )
 
     def _step_resuming(self, node: str, reconcile: bool) -> None:
         # A node back from a reboot is in service again only once its slurmd has registered:
@@ -630,7 +630,7 @@ class Executor:
                 node,
                 Phase.RESUMING,
                 f"slurmd on {node} not responding to slurmctld {timeout} s after "
-                f"the update (Slurm state {'+'.join(sorted(slurm.flags))}); left drained",
+                f"the update (Slurm state {slurm.state}); left drained",
             )
             return
         if slurm.drained_with(self._reason):
@@ -641,7 +641,7 @@ class Executor:
                     node,
                     Phase.RESUMING,
                     f"resumed, but slurmd on {node} not responding to slurmctld {timeout} s "
-                    f"later (Slurm state {'+'.join(sorted(slurm.flags))})",
+                    f"later (Slurm state {slurm.state})",
                     AuditEvent("resumed", node),
                     drained=False,
                 )
