@@ -1,0 +1,110 @@
+"""The one way gpuctl replaces a file, and the one way it reads a file it did not write.
+
+``write_atomic``: the temporary file is created exclusively (``O_CREAT | O_EXCL``, random name,
+never through a link) in the target's own folder, given its final mode before any byte is
+written, then renamed over the target. A symlink planted at the target or at a guessable
+temporary name is replaced, never followed; a reader sees the old file or the new one.
+
+``read_inside``: read a file that must lie inside ``root`` (a bundle sent by someone else): a
+symlink anywhere on the way, a path that leaves ``root``, or anything but a regular file is
+refused, and at most ``limit`` bytes are read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+SECRET_FILE_MODE = 0o600
+SECRET_DIR_MODE = 0o700
+
+
+class UnsafePath(OSError):
+    """A path that leaves its folder, goes through a symlink or is not a regular file."""
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(
+    path: Path,
+    data: bytes | str,
+    *,
+    mode: int = 0o644,
+    durable: bool = False,
+    dir_mode: int | None = None,
+) -> None:
+    """Replace ``path`` with ``data`` atomically, at file mode ``mode``.
+
+    ``dir_mode`` is given to folders this call creates (secrets: 0700). ``durable`` fsyncs the
+    file and its folder (state that must survive a crash).
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    parent = path.parent
+    if dir_mode is None:
+        parent.mkdir(parents=True, exist_ok=True)
+    else:
+        parent.mkdir(parents=True, exist_ok=True, mode=dir_mode)
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        _fsync_dir(parent)
+
+
+def read_inside(root: Path, rel: str | Path, *, limit: int) -> bytes:
+    """Bytes of the regular file ``root/rel``, at most ``limit`` of them.
+
+    Raises ``UnsafePath`` for an absolute ``rel``, a ``..`` step, a symlink at any step below
+    ``root``, or something that is not a regular file; ``FileNotFoundError`` when absent.
+    """
+    rel_path = Path(rel)
+    if rel_path.is_absolute() or ".." in rel_path.parts or not rel_path.parts:
+        raise UnsafePath(f"{rel}: not a path inside {root}")
+    current = root
+    for part in rel_path.parts[:-1]:
+        current = current / part
+        st = os.lstat(current)
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnsafePath(f"{rel}: {part} is a link or not a folder")
+    target = current / rel_path.parts[-1]
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{rel}: a symlink (never followed in a bundle)") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath(f"{rel}: not a regular file")
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
