@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import codecs
 import difflib
+import errno
+import os
 import reprlib
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,8 @@ except ImportError:  # pragma: no cover
     from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
 
 MAX_BYTES = 16 * 1024 * 1024
+# Problems reported for one file; the rest are counted on one more line
+MAX_PROBLEMS = 100
 # Values reached again through aliases (*name): bounds "billion laughs" documents, whose aliases
 # expand to exponentially many values for the position walk and for validation.
 MAX_ALIAS_VALUES = 100_000
@@ -194,7 +199,7 @@ def load_cluster(path: Path | str) -> Cluster:
     path = Path(path)
     source = str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path)
     except FileNotFoundError:
         raise ConfigError([Problem("no such file", file=source)]) from None
     except IsADirectoryError:
@@ -202,6 +207,33 @@ def load_cluster(path: Path | str) -> Cluster:
     except OSError as exc:
         raise ConfigError([Problem(f"cannot read: {exc.strerror}", file=source)]) from None
     return _resolve_ssh_paths(load_cluster_bytes(raw, source), path.resolve().parent)
+
+
+def read_bounded(path: Path, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; a device, a FIFO or a larger
+    file is refused before it is read (``gpuctl check /dev/zero`` never reads forever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(
+                [Problem("not a regular file (a device, a pipe or a socket)", file=str(path))]
+            )
+        if st.st_size > limit:
+            raise ConfigError([_too_large(str(path), limit)])
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # grew while being read
+        raise ConfigError([_too_large(str(path), limit)])
+    return data
+
+
+def _too_large(source: str, limit: int) -> Problem:
+    return Problem(f"file is larger than {limit // (1024 * 1024)} MiB", file=source)
 
 
 def _resolve_ssh_paths(cluster: Cluster, base: Path) -> Cluster:
@@ -220,9 +252,7 @@ def _resolve_ssh_paths(cluster: Cluster, base: Path) -> Cluster:
 
 def load_cluster_bytes(raw: bytes, source: str = "<input>") -> Cluster:
     if len(raw) > MAX_BYTES:
-        raise ConfigError(
-            [Problem(f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB", file=source)]
-        )
+        raise ConfigError([_too_large(source, MAX_BYTES)])
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -260,9 +290,18 @@ def validate_data(data: Any, pos: _Positions | None, source: str) -> Cluster:
     except RuleViolations as exc:
         problems = [_locate(loc, msg, pos, source) for loc, msg in exc.findings]
         problems.sort(key=lambda p: (p.line or 0, p.column or 0))
-        raise ConfigError(problems) from None
+        raise ConfigError(_bounded(problems, source)) from None
     except ValidationError as exc:
-        raise ConfigError(_from_pydantic(exc.errors(include_url=False), pos, source)) from None
+        found = _from_pydantic(exc.errors(include_url=False), pos, source)
+        raise ConfigError(_bounded(found, source)) from None
+
+
+def _bounded(problems: list[Problem], source: str) -> list[Problem]:
+    """At most MAX_PROBLEMS problems, then one line that counts the others."""
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    rest = len(problems) - MAX_PROBLEMS
+    return [*problems[:MAX_PROBLEMS], Problem(f"... and {rest} more problems", file=source)]
 
 
 def _kind(value: Any) -> str:

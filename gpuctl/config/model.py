@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -28,7 +29,99 @@ _NAME_RE = r"^[a-z][a-z0-9_-]{0,62}$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=False, allow_inf_nan=False
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Values are data, never code (docs/security.md)
+#
+# Every string of cluster.yml ends up in a file another program reads: the Ansible inventory and
+# group_vars (which Ansible templates), slurm.conf and its siblings (one setting a line),
+# systemd units, shell command lines. So no string may hold a control character or a line
+# separator (it would start a line of its own), a bidirectional override (what a reviewer reads
+# is not what the program gets), or the start of a Jinja expression (Ansible would run it).
+
+_UNSAFE_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_TEMPLATE_MARK = re.compile(r"\{\{|\{%|\{#")
+MAX_VALUE_FINDINGS = 20
+
+
+def value_problem(text: str) -> str | None:
+    """Why ``text`` may not be a value of cluster.yml, or None when it may."""
+    bad = _UNSAFE_CHAR.search(text)
+    if bad is not None:
+        return (
+            f"control character U+{ord(bad[0]):04X} at position {bad.start()} is not allowed: "
+            "values end up in rendered files (inventory, group_vars, slurm.conf, systemd units), "
+            "where it could start a line of its own"
+        )
+    mark = _TEMPLATE_MARK.search(text)
+    if mark is not None:
+        return (
+            f"{mark[0]!r} is not allowed: gpuctl hands every value to Ansible as data, never as "
+            "a Jinja template (in a URL or a password, percent-encode it: %7B)"
+        )
+    return None
+
+
+def unsafe_values(data: Any, loc: tuple[str | int, ...] = ()) -> list[tuple[Any, str]]:
+    """Every string in raw cluster.yml data (keys included) that ``value_problem`` refuses, as
+    (path, message); at most MAX_VALUE_FINDINGS, then one line counting the rest."""
+    found: list[tuple[Any, str]] = []
+    extra = 0
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, loc)]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            why = value_problem(value)
+            if why is not None:
+                if len(found) < MAX_VALUE_FINDINGS:
+                    found.append((where, why))
+                else:
+                    extra += 1
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if isinstance(key, str) and (why := value_problem(key)) is not None:
+                    found.append(((*where, key), f"key: {why}"))
+                stack.append((item, (*where, key)))
+        elif isinstance(value, list):
+            stack.extend((item, (*where, i)) for i, item in reversed(list(enumerate(value))))
+    if extra:
+        found.append((loc, f"... and {extra} more values with the same kind of problem"))
+    return found
+
+
+_LABEL_RE = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL_RE}(\.{_LABEL_RE})*$")
+
+
+def is_host(text: str) -> bool:
+    """An IP address, or a DNS host name (RFC 1123 labels, not all digits)."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return bool(_HOSTNAME.match(text)) and not text.replace(".", "").isdigit()
+    return True
+
+
+def _host(value: Any) -> Any:
+    if isinstance(value, str) and not is_host(value):
+        raise ValueError(f"{value[:80]!r} is neither an IP address nor a host name")
+    return value
+
+
+# POSIX portable login names (useradd's default rule, upper case allowed): never an option
+# (`-o...`), never shell syntax
+LoginName = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$",
+        description="A login name: letters, digits, `_`, `.`, `-`, not starting with `-`.",
+    ),
+]
+HostName = Annotated[str, BeforeValidator(_host)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -48,14 +141,34 @@ def _no_numbers(value: Any) -> Any:
 # Most names one node set may expand to. A typo such as `gpu[1-100]-[1-100]-[1-1000]` (ten
 # million names) must be refused before it is expanded, or `gpuctl check` hangs.
 MAX_NODESET = 100_000
+# Most nodes of one cluster.yml, all groups together (docs/cluster-yml.md): checked on the
+# node sets' brackets before anything is expanded.
+MAX_CLUSTER_NODES = 100_000
 
 _BRACKETS = re.compile(r"\[([^\]]*)\]")
+
+
+def _top_level_pieces(text: str) -> list[str]:
+    """``text`` cut at the set operators (``,!&^``) outside brackets, in one linear pass."""
+    pieces: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and ch in ",!&^":
+            pieces.append(text[start:i])
+            start = i + 1
+    pieces.append(text[start:])
+    return pieces
 
 
 def _estimated_size(text: str) -> int:
     """Upper bound of the names a node set expands to, from its brackets, without expanding it."""
     total = 0
-    for piece in re.split(r"[,!&^](?![^\[]*\])", text):
+    for piece in _top_level_pieces(text):
         size = 1
         for inner in _BRACKETS.findall(piece):
             count = 0
@@ -163,17 +276,20 @@ def _expand_in_order(nodeset: str) -> tuple[str, ...]:
 class JumpHost(_Strict):
     """An SSH bastion every connection goes through (ProxyJump)."""
 
-    host: str = Field(min_length=1, description="Address or name of the jump host.")
-    user: str | None = Field(None, description="SSH user on the jump host (default: `ssh.user`).")
+    host: HostName = Field(description="IP address or host name of the jump host.")
+    user: LoginName | None = Field(
+        None, description="SSH user on the jump host (default: `ssh.user`)."
+    )
     port: Port = Field(22, description="SSH port of the jump host.")
 
 
 class Ssh(_Strict):
     """How gpuctl and Ansible reach the nodes."""
 
-    user: str = Field("root", min_length=1, description="SSH login user on every node.")
+    user: LoginName = Field("root", description="SSH login user on every node.")
     private_key: str | None = Field(
         None,
+        min_length=1,
         description="Private key file (`~` expanded); null uses the SSH agent / default keys.",
     )
     known_hosts: str = Field(
@@ -408,9 +524,19 @@ class Role(StrEnum):
     COMPUTE = "compute"
 
 
+def _above_zero_percent(value: str) -> str:
+    if float(value.rstrip("%")) <= 0:
+        raise ValueError(f"{value} judges nothing: give a share above 0%")
+    return value
+
+
 Percent = Annotated[
     str,
-    Field(pattern=r"^(100|[1-9]?[0-9])(\.[0-9]+)?%$", description="A share of the physical limit."),
+    Field(
+        pattern=r"^(100|[1-9]?[0-9])(\.[0-9]+)?%$",
+        description="A share of the physical limit, above 0%.",
+    ),
+    AfterValidator(_above_zero_percent),
 ]
 
 
@@ -943,6 +1069,36 @@ class Cluster(_Strict):
         default_factory=lambda: Bmc(),
         description="Redfish access to the BMCs named by `node_groups[].bmc_addresses`.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_not_code(cls, data: Any) -> Any:
+        """Before any field is read: refuse unsafe strings, and clusters too big to expand."""
+        from gpuctl.config.rules import RuleViolations
+
+        if not isinstance(data, dict):
+            return data
+        findings = unsafe_values(data)
+        groups = data.get("node_groups")
+        if isinstance(groups, list):
+            sizes = [
+                _estimated_size(g["nodes"].strip())
+                for g in groups
+                if isinstance(g, dict) and isinstance(g.get("nodes"), str)
+            ]
+            total = sum(sizes)
+            # one set over MAX_NODESET is named by its own field's check, more precisely
+            if total > MAX_CLUSTER_NODES and max(sizes) <= MAX_NODESET:
+                findings.append(
+                    (
+                        ("node_groups",),
+                        f"the node groups name about {total} nodes in all; gpuctl handles at "
+                        f"most {MAX_CLUSTER_NODES} nodes in one cluster.yml",
+                    )
+                )
+        if findings:
+            raise RuleViolations(findings)
+        return data
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> Cluster:

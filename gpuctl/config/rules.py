@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from gpuctl.config.catalog import gpu_spec, ib_rates, roce_rates
+from gpuctl.config.model import is_host
 from gpuctl.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
@@ -74,6 +75,10 @@ def check_rules(cluster: Cluster) -> None:
         raise RuleViolations(out)
 
 
+_NODE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_SHOWN = 5  # names quoted in one message; the rest are counted
+
+
 def _dupes(items: Iterable[tuple[str, Loc]], what: str, out: list[tuple[Loc, str]]) -> None:
     seen: dict[str, Loc] = {}
     for value, loc in items:
@@ -93,13 +98,19 @@ def _node_index(cluster: Cluster, out: list[tuple[Loc, str]]) -> dict[str, int]:
     owner: dict[str, int] = {}
     for i, group in enumerate(cluster.node_groups):
         clashes: dict[int, list[str]] = {}
+        bad: list[str] = []
         for node in group.node_names():
             if node in owner:
                 clashes.setdefault(owner[node], []).append(node)
             else:
                 owner[node] = i
-            if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", node):
-                out.append((("node_groups", i, "nodes"), f"{node!r} is not a valid host name"))
+            if not _NODE_NAME.fullmatch(node):
+                bad.append(node)
+        if bad:
+            shown = ", ".join(repr(n[:64]) for n in bad[:_SHOWN])
+            more = f" and {len(bad) - _SHOWN} more" if len(bad) > _SHOWN else ""
+            what = "is not a valid host name" if len(bad) == 1 else "are not valid host names"
+            out.append((("node_groups", i, "nodes"), f"{shown}{more} {what}"))
         for other, names in clashes.items():
             other_name = cluster.node_groups[other].name
             out.append(
@@ -145,22 +156,10 @@ def _addresses(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
         if len(addrs) != n_nodes:
             out.append((loc, f"{len(addrs)} BMC addresses for {n_nodes} nodes; give one per node"))
         for addr in addrs:
-            if not _ip_or_hostname(addr):
+            if not is_host(addr):
                 out.append((loc, f"{addr!r} is neither an IP address nor a host name"))
             bmcs.append((addr, loc))
     _dupes(bmcs, "BMC address", out)
-
-
-_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
-
-
-def _ip_or_hostname(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return bool(_HOSTNAME.match(text)) and not text.replace(".", "").isdigit()
-    return True
 
 
 def _gpus(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:

@@ -7,8 +7,11 @@ The same input always gives byte-identical output: no timestamps, stable orderin
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import shlex
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from gpuctl.config.rules import (
     topology_fabric,
 )
 from gpuctl.errors import RenderError
+from gpuctl.fileio import SECRET_DIR_MODE, SECRET_FILE_MODE, write_atomic
 from gpuctl.resources import templates_dir
 
 try:
@@ -137,24 +141,48 @@ def node_cluster_yml(cluster: Cluster) -> str:
 
 
 def write_rendered(files: dict[str, str], directory: Path) -> RenderResult:
-    """Write ``files`` under ``directory``; drop files of an earlier render that are gone now."""
+    """Write ``files`` under ``directory``; drop files of an earlier render that are gone now.
+
+    The files hold what the operator may keep private (proxy credentials in URLs, key paths,
+    the cluster's layout): they are written 0600 in folders made 0700. Only regular files
+    inside ``directory``, reached without a symlink, are ever removed, whatever the manifest
+    says.
+    """
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        fresh = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True, mode=SECRET_DIR_MODE)
         manifest = directory / MANIFEST
         previous: set[str] = set()
-        if manifest.is_file():
+        if fresh or manifest.is_file():
+            # a folder gpuctl made or renders into: private to the operator
+            os.chmod(directory, SECRET_DIR_MODE)
+        if manifest.is_file() and not manifest.is_symlink():
             previous = {ln for ln in manifest.read_text(encoding="utf-8").splitlines() if ln}
         for rel, text in files.items():
             _atomic_write(directory / rel, text)
-        removed = sorted(previous - set(files))
-        for rel in removed:
-            target = directory / rel
-            if ".." not in Path(rel).parts and target.is_file():
-                target.unlink()
+        removed = sorted(rel for rel in previous - set(files) if _remove_inside(directory, rel))
         _atomic_write(manifest, "".join(f"{rel}\n" for rel in files))
     except OSError as exc:
         raise RenderError(f"cannot write {exc.filename or directory}: {exc.strerror}") from None
     return RenderResult(directory, tuple(files), tuple(removed))
+
+
+def _remove_inside(directory: Path, rel: str) -> bool:
+    """Remove ``directory/rel`` if it is a regular file below ``directory`` reached through
+    real folders only (no ``..``, no absolute path, no symlink on the way)."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or ".." in parts:
+        return False
+    current = directory
+    for part in parts[:-1]:
+        current = current / part
+        if current.is_symlink() or not current.is_dir():
+            return False
+    target = current / parts[-1]
+    if target.is_symlink() or not target.is_file():
+        return False
+    target.unlink()
+    return True
 
 
 def render_cluster(cluster: Cluster, directory: Path) -> RenderResult:
@@ -166,30 +194,35 @@ def render_cluster(cluster: Cluster, directory: Path) -> RenderResult:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` atomically; leave it untouched when the content is already right."""
+    """Replace ``path`` atomically at mode 0600; leave it untouched when it is already right."""
     data = text.encode("utf-8")
     try:
-        if path.read_bytes() == data:
+        st = path.lstat()
+        if (
+            stat.S_ISREG(st.st_mode)
+            and stat.S_IMODE(st.st_mode) == SECRET_FILE_MODE
+            and path.read_bytes() == data
+        ):
             return
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except IsADirectoryError:
-        raise
-    tmp = path.with_name(f".{path.name}.gpuctl-tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        pass
+    if path.is_dir() and not path.is_symlink():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+    write_atomic(path, data, mode=SECRET_FILE_MODE, dir_mode=SECRET_DIR_MODE)
 
 
 # ---------------------------------------------------------------------------------------------
 
 
 def _ssh_common_args(cluster: Cluster) -> str:
+    """ssh options for Ansible (``ansible_ssh_common_args``).
+
+    Two readers parse this string: Ansible splits it into words with shlex, and ssh hands the
+    ProxyCommand to ``/bin/sh -c`` after expanding its ``%`` tokens. So the ProxyCommand is
+    shell-quoted word by word (``%`` doubled in the key path), and the whole ``ProxyCommand=``
+    option is quoted once more for Ansible's split. The jump host and user are validated as a
+    host name or IP and a login name at load time; this quoting is the second line of defence.
+    """
     ssh = cluster.ssh
     known = "{{ inventory_dir }}/known_hosts"
     args = [
@@ -200,12 +233,30 @@ def _ssh_common_args(cluster: Cluster) -> str:
     jump = ssh.jump_host
     if jump is not None:
         user = jump.user or ssh.user
-        key = f" -i {ssh.private_key}" if ssh.private_key else ""
+        key = ["-i", ssh.private_key.replace("%", "%%")] if ssh.private_key else []
         # ProxyCommand (not ProxyJump) so the hop is checked against the same known_hosts file
-        args.append(
-            f'-o ProxyCommand="ssh -W %h:%p -q -p {jump.port}{key} -o BatchMode=yes '
-            f'-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes {user}@{jump.host}"'
+        proxy = shlex.join(
+            [
+                "ssh",
+                "-W",
+                "%h:%p",
+                "-q",
+                "-p",
+                str(jump.port),
+                *key,
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                f"UserKnownHostsFile={known}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "--",
+                f"{user}@{jump.host}",
+            ]
         )
+        # double quotes for Ansible's (POSIX) shlex split: only \ and " are special there
+        quoted = proxy.replace("\\", "\\\\").replace('"', '\\"')
+        args.append(f'-o ProxyCommand="{quoted}"')
     return " ".join(args)
 
 
