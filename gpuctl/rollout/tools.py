@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuctl.rollout.backend import BackendError, Versions
+from gpuctl.validation.numbers import json_loads, to_int
 
 # ------------------------------------------------------------------------------------------
 # Errors
@@ -59,6 +60,14 @@ def _version(tool: str, what: str, value: object) -> str:
     if text in _PLACEHOLDERS or not _VERSION.match(text):
         raise _fail(tool, f"{what}: no version ({value!r})")
     return text
+
+
+def _device_number(tool: str, text: str) -> int:
+    """``Device #N``'s N; a number no tool prints (5,000 digits) is an error, not a crash."""
+    value = to_int(text)
+    if value is None:
+        raise _fail(tool, f"device number {text[:40]!r} is not a number")
+    return value
 
 
 def _render(line: str) -> str:
@@ -225,7 +234,7 @@ def parse_mlxfwmanager_query(text: str) -> list[NicFirmware]:
             continue
         match = _DEVICE.match(line)
         if match:
-            current = {"number": int(match.group(1)), "labels": {}, "rows": {}}
+            current = {"number": _device_number(tool, match.group(1)), "labels": {}, "rows": {}}
             devices.append(current)
             section = "underline"
             continue
@@ -390,7 +399,7 @@ def parse_mlxfwmanager_update(text: str, returncode: int) -> NicUpdate:
         if updating:
             if open_device is not None:
                 raise _fail(tool, f"device #{open_device}: update did not finish")
-            open_device = int(updating.group(1))
+            open_device = _device_number(tool, updating.group(1))
             continue
         if open_device is not None:
             if stripped == "Interrupted":
@@ -405,7 +414,7 @@ def parse_mlxfwmanager_update(text: str, returncode: int) -> NicUpdate:
         status = _DEVICE_STATUS.match(stripped)
         if status and not stripped.endswith(":"):
             if status.group(2) == "Up to date":
-                up_to_date.append(int(status.group(1)))
+                up_to_date.append(_device_number(tool, status.group(1)))
                 continue
             raise _fail(tool, f"device #{status.group(1)}: {status.group(2)}")
     if open_device is not None:
@@ -572,7 +581,8 @@ def parse_nvfwupd_show_version(text: str) -> NvfwupdInventory:
     """
     tool = NVFWUPD
     try:
-        data = json.loads(text)
+        # numbers no BMC prints (5,000 digits, NaN, 1e400) decode as None: that field unknown
+        data = json_loads(text)
     except json.JSONDecodeError as exc:
         raise _fail(
             tool, f"show_version -j printed no JSON ({exc.msg} at line {exc.lineno})"
@@ -590,14 +600,12 @@ def parse_nvfwupd_show_version(text: str) -> NvfwupdInventory:
     for row in rows:
         if not isinstance(row, dict) or not isinstance(row.get("AP Name"), str):
             raise _fail(tool, f"show_version -j: bad device entry {str(row)[:120]}")
-        sys_version = row.get("Sys Version")
-        pkg_version = row.get("Pkg Version")
         up = row.get("Up-To-Date")
         devices.append(
             FirmwareDevice(
                 ap_name=row["AP Name"],
-                sys_version=None if sys_version in _PLACEHOLDERS else str(sys_version),
-                pkg_version=None if pkg_version in _PLACEHOLDERS else str(pkg_version),
+                sys_version=_json_text(row.get("Sys Version")),
+                pkg_version=_json_text(row.get("Pkg Version")),
                 up_to_date={"Yes": True, "No": False}.get(str(up)),
             )
         )
@@ -608,6 +616,15 @@ def parse_nvfwupd_show_version(text: str) -> NvfwupdInventory:
         packages=tuple(str(p) for p in packages) if isinstance(packages, list) else (),
         devices=tuple(devices),
     )
+
+
+def _json_text(value: object) -> str | None:
+    """A version cell of show_version -j as text; a placeholder, null, a refused number or a
+    list/object (which no version is) is None."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    text = str(value)
+    return None if text in _PLACEHOLDERS else text
 
 
 def gpu_firmware_versions(inventory: NvfwupdInventory, prefix: str = HGX_GPU_PREFIX) -> Versions:

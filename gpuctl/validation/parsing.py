@@ -4,13 +4,13 @@ A parser is a pure function ``text -> ParseResult``: no I/O, no exceptions for o
 never invents a value: what the output does not say is ``None`` (never ``0`` or ``0.0``), and
 anything it could not understand is named in ``problems``. ``recognised`` is False when the input
 is not output of that kind at all (empty, another tool's output, an error banner instead of the
-table); the CLI then exits 1.
+table); the CLI then exits 1. A parser never returns NaN, an infinity or a number past
+``gpuctl.validation.numbers.LIMIT``: every number it reads goes through that module.
 """
 
 from __future__ import annotations
 
 import importlib
-import math
 import pkgutil
 import re
 from collections.abc import Callable, Mapping
@@ -100,7 +100,7 @@ def parse(kind: str, text: str, **options: Any) -> ParseResult:
 
 
 # ------------------------------------------------------------------------------------------
-# Helpers shared by parsers
+# Helpers shared by parsers (numbers: gpuctl.validation.numbers, never int()/float() directly)
 
 
 def clean(text: str) -> str:
@@ -108,21 +108,6 @@ def clean(text: str) -> str:
     text = text.lstrip("\ufeff")
     text = _ANSI.sub("", text)
     return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def number(value: str | None) -> int | float | None:
-    """``"400"`` -> 400, ``"23.5"`` -> 23.5; anything else (``N/A``, ``[N/A]``, ``""``) -> None."""
-    if value is None:
-        return None
-    text = value.strip()
-    if len(text) > 40:  # no tool prints such numbers; huge ones would overflow or become inf
-        return None
-    if re.fullmatch(r"[-+]?\d+", text):
-        return int(text)
-    if re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?", text):
-        result = float(text)
-        return result if math.isfinite(result) else None
-    return None
 
 
 def unrecognised(kind: str, reason: str, **data: Any) -> ParseResult:

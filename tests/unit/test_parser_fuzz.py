@@ -1,13 +1,17 @@
 """Hypothesis throws mutated real outputs at every parser: no exception may escape.
 
 For each kind, the inputs are its fixtures' bodies, mutated (lines dropped, duplicated, cut
-short, characters replaced, ANSI escapes, CR/LF and tabs inserted), plus arbitrary text.
+short, characters replaced, ANSI escapes, CR/LF and tabs inserted, a number replaced by one no
+tool prints: 5,000 digits, 1e308, 1e400, nan, inf, -0), plus arbitrary text. No parsed result
+may hold a NaN, an infinity or a number of more than 30 digits, anywhere in its structure.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -67,6 +71,50 @@ NOISE = st.sampled_from(
 )
 
 
+# Numbers no tool prints: past int()'s 4,300-digit limit, at and past float's range, non-finite.
+ABSURD = st.sampled_from(
+    [
+        "9" * 5000,
+        "-" + "1" * 5000,
+        "1" * 31,
+        "1e300",
+        "1e308",
+        "1.8e308",
+        "1e400",
+        "-1e400",
+        "1e-400",
+        "nan",
+        "NaN",
+        "inf",
+        "-inf",
+        "Infinity",
+        "-0",
+        "-0.0",
+    ]
+)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+LIMIT = 10**30
+
+
+def bad_numbers(value: Any, where: str = "data") -> list[str]:
+    """Every non-finite or over-long number in a parsed structure, dict keys included."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, float):
+        return [f"{where}: {value!r}"] if not math.isfinite(value) or abs(value) >= LIMIT else []
+    if isinstance(value, int):
+        return [f"{where}: {len(str(abs(value)))} digits"] if abs(value) >= LIMIT else []
+    out: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out += bad_numbers(key, f"{where} key")
+            out += bad_numbers(item, f"{where}.{str(key)[:40]}")
+    elif isinstance(value, list | tuple | set | frozenset):
+        for i, item in enumerate(value):
+            out += bad_numbers(item, f"{where}[{i}]")
+    return out
+
+
 @st.composite
 def mutated(draw: st.DrawFn, bodies: list[str]) -> str:
     text = draw(st.sampled_from(bodies))
@@ -74,7 +122,7 @@ def mutated(draw: st.DrawFn, bodies: list[str]) -> str:
     for _ in range(draw(st.integers(0, 6))):
         if not lines:
             break
-        op = draw(st.sampled_from(["drop", "dup", "cut", "noise", "swap", "truncate"]))
+        op = draw(st.sampled_from(["drop", "dup", "cut", "noise", "swap", "truncate", "number"]))
         i = draw(st.integers(0, len(lines) - 1))
         if op == "drop":
             del lines[i : i + draw(st.integers(1, 5))]
@@ -85,6 +133,15 @@ def mutated(draw: st.DrawFn, bodies: list[str]) -> str:
         elif op == "noise":
             pos = draw(st.integers(0, len(lines[i])))
             lines[i] = lines[i][:pos] + draw(NOISE) + lines[i][pos:]
+        elif op == "number":
+            spots = list(_NUMBER.finditer(lines[i]))
+            if spots:
+                spot = spots[draw(st.integers(0, len(spots) - 1))]
+                line = lines[i]
+                lines[i] = line[: spot.start()] + draw(ABSURD) + line[spot.end() :]
+            else:
+                pos = draw(st.integers(0, len(lines[i])))
+                lines[i] = lines[i][:pos] + draw(ABSURD) + lines[i][pos:]
         elif op == "swap":
             j = draw(st.integers(0, len(lines) - 1))
             lines[i], lines[j] = lines[j], lines[i]
@@ -97,6 +154,8 @@ def _check(kind: str, text: str, options: dict[str, Any]) -> None:
     result = registry()[kind].func(text, **options)
     assert isinstance(result, ParseResult)
     assert result.kind == kind
+    bad = bad_numbers(result.data)
+    assert not bad, bad[:5]
     json.dumps(result.to_json(), allow_nan=False)
 
 
@@ -112,6 +171,24 @@ def test_mutated_fixtures_never_raise(kind: str, data: st.DataObject) -> None:
     bodies = [b for b, _ in CORPUS[kind]]
     options = CORPUS[kind][0][1]
     _check(kind, data.draw(mutated(bodies)), options)
+
+
+@pytest.mark.parametrize("kind", sorted(CORPUS))
+@settings(
+    max_examples=SCALE or 40,
+    deadline=None,
+    derandomize=DERANDOMIZE,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_absurd_numbers_in_fixtures_never_raise_nor_leak(kind: str, data: st.DataObject) -> None:
+    """Every number of a line replaced by one no tool prints (a line of the real output)."""
+    body, options = data.draw(st.sampled_from(CORPUS[kind]))
+    lines = body.splitlines(keepends=True)
+    if lines:
+        i = data.draw(st.integers(0, len(lines) - 1))
+        lines[i] = _NUMBER.sub(data.draw(ABSURD), lines[i])
+    _check(kind, "".join(lines), options)
 
 
 @pytest.mark.parametrize("kind", sorted(registry()))

@@ -26,10 +26,10 @@ Data shapes (documented in docs/parse.md):
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
+from gpuctl.validation.numbers import json_raw_decode
 from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 DIAG = "dcgm-diag"
@@ -450,7 +450,8 @@ def _parse_diag_json(text: str, start: int) -> ParseResult:
     problems: list[str] = []
     banner = text[:start].strip()
     try:
-        doc, _end = json.JSONDecoder().raw_decode(text[start:].lstrip())
+        # numbers no tool prints (5,000 digits, NaN, 1e400) decode as None: that field unknown
+        doc, _end = json_raw_decode(text[start:])
     except ValueError as exc:
         if "DCGM" in text[start:]:
             problems.append(f"dcgmi diag -j output is not valid JSON (cut off?): {exc}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpuctl.validation.numbers import to_int
 from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 KIND = "fabricmanager"
@@ -94,10 +95,10 @@ def _nvswitch_error(msg: str, timestamp: str | None) -> dict[str, Any] | None:
     port = _NVSWITCH_PORT.search(msg, m.end())
     return {
         "severity": m.group("sev").lower(),
-        "error": int(m.group("num")),
+        "error": to_int(m.group("num")),
         "pci": pci.group("pci") if pci else None,
-        "physical_id": int(phys.group("id")) if phys else None,
-        "port": int(port.group("port")) if port else None,
+        "physical_id": to_int(phys.group("id")) if phys else None,
+        "port": to_int(port.group("port")) if port else None,
         "timestamp": timestamp,
     }
 
@@ -191,7 +192,7 @@ def parse_fabricmanager(text: str) -> ParseResult:
             classify(msg, timestamp, None, ident)
             exited = _EXITED.search(msg)
             if exited and ident == "systemd":
-                journal_exit = int(exited.group("status"))
+                journal_exit = to_int(exited.group("status"))
             continue
         if _HEADER.match(line):
             header = True
@@ -208,13 +209,13 @@ def parse_fabricmanager(text: str) -> ParseResult:
         if m:
             exited = _EXITED.search(m.group("detail") or "")
             if exited:
-                main_exit = int(exited.group("status"))
+                main_exit = to_int(exited.group("status"))
             continue
         m = _PROCESS.match(line)
         if m:
             exited = _EXITED.search(m.group("detail"))
             if exited:
-                process_exit = int(exited.group("status"))
+                process_exit = to_int(exited.group("status"))
             continue
         if _JOB_FAILED.search(line):  # "systemctl start/restart" refused: a systemd failure
             errors.append({"timestamp": None, "message": line})

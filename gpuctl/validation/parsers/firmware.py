@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuctl.validation.parsing import ParseResult, clean, number, parser, unrecognised
+from gpuctl.validation.numbers import number
+from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 MLXFWMANAGER = "mlxfwmanager"
 FLINT_QUERY = "flint-query"

@@ -30,12 +30,12 @@ What real outputs look like, and how this module copes (contract: docs/parse.md)
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from typing import Any
 
-from gpuctl.validation.parsing import ParseResult, clean, number, parser, unrecognised
+from gpuctl.validation.numbers import looks_numeric, number, to_int
+from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 IBSTAT = "ibstat"
 IBSTATUS = "ibstatus"
@@ -47,9 +47,6 @@ _PLACEHOLDERS = frozenset(
     {"", "N/A", "n/a", "NA", "[N/A]", "[Not Supported]", "Unknown Error", "ERR!"}
 )
 _MAX_LINE_PROBLEMS = 5  # unrecognised lines named one by one; the rest are counted
-
-_DEC_OR_HEX = re.compile(r"(?:0[xX][0-9A-Fa-f]+|\d+)")
-
 
 # ------------------------------------------------------------------------------------------
 # Shared helpers
@@ -92,22 +89,11 @@ def _text(value: str) -> str | None:
     return None if value in _PLACEHOLDERS else value
 
 
-def _number(value: str | None) -> int | float | None:
-    """``number`` that also refuses what JSON cannot hold (``1e999``, 400 nines: inf)."""
-    parsed = number(value)
-    if isinstance(parsed, float) and not math.isfinite(parsed):
-        return None
-    return parsed
-
-
 def _int(value: str | None) -> int | None:
-    """A decimal or ``0x`` hexadecimal integer; anything else is None."""
-    if value is None:
+    """A decimal or ``0x`` hexadecimal integer; anything else (a sign, 5,000 digits) is None."""
+    if value is None or value.strip()[:1] in ("-", "+"):
         return None
-    value = value.strip()
-    if not _DEC_OR_HEX.fullmatch(value):
-        return None
-    return int(value, 16) if value[:2] in ("0x", "0X") else int(value)
+    return to_int(value, hex_prefix=True)
 
 
 def _name_code(value: str) -> tuple[str | None, int | None]:
@@ -115,7 +101,7 @@ def _name_code(value: str) -> tuple[str | None, int | None]:
     m = re.fullmatch(r"(?P<name>.*?)\s*\((?P<code>\d+)\)", value.strip())
     if m is None:
         return _text(value), None
-    return _text(m["name"]), int(m["code"])
+    return _text(m["name"]), to_int(m["code"])
 
 
 def _missing(block: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
@@ -144,7 +130,7 @@ _IBSTAT_CA: dict[str, tuple[str, _Conv]] = {
 _IBSTAT_PORT: dict[str, tuple[str, _Conv]] = {
     "state": ("state", _text),
     "physical state": ("physical_state", _text),
-    "rate": ("rate", _number),
+    "rate": ("rate", number),
     "base lid": ("base_lid", _int),
     "lmc": ("lmc", _int),
     "sm lid": ("sm_lid", _int),
@@ -295,11 +281,13 @@ def _ibstatus_field(port: dict[str, Any], label: str, value: str) -> str | None:
         key = "state" if label == "state" else "physical_state"
         m = _CODE_NAME.fullmatch(value)
         port[key] = m["name"].strip() if m else _text(value)
-        port[f"{key}_code"] = int(m["code"]) if m else None
-        return None if m else f"{label} without its numeric code: {value!r}"
+        port[f"{key}_code"] = to_int(m["code"]) if m else None
+        if port[f"{key}_code"] is None:
+            return f"{label} without its numeric code: {value[:80]!r}"
+        return None
     if label == "rate":
         m = _RATE.fullmatch(value)
-        port["rate"] = _number(m["num"]) if m else None
+        port["rate"] = number(m["num"]) if m else None
         port["rate_text"] = _text(value)
         return None if port["rate"] is not None else f"rate is not '<n> Gb/sec': {value!r}"
     if label == "link layer":
@@ -431,7 +419,7 @@ _DEVINFO_VERBOSE_ONLY = frozenset(
 def _mtu(value: str) -> int | None:
     """``4096 (5)`` -> 4096."""
     m = re.fullmatch(r"(?P<n>\d+)(?:\s*\(\d+\))?", value.strip())
-    return int(m["n"]) if m else None
+    return to_int(m["n"]) if m else None
 
 
 def _devinfo_hca_field(hca: dict[str, Any], key: str, value: str) -> bool:
@@ -527,7 +515,11 @@ def parse_ibv_devinfo(text: str) -> ParseResult:
             verbose = True
             gids = port["gids"] if port["gids"] is not None else []
             kind = (gid["type"] or "").strip() or None
-            gids.append({"index": int(gid["idx"]), "gid": gid["gid"], "type": kind})
+            index = to_int(gid["idx"])
+            if index is None:
+                problems.line(f"hca {hca_name!r} (GID index not a number)", line)
+                continue
+            gids.append({"index": index, "gid": gid["gid"], "type": kind})
             port["gids"] = gids
             continue
         kv = _split_kv(line)
@@ -615,10 +607,14 @@ def parse_ibdev2netdev(text: str) -> ParseResult:
         if m is None:
             problems.line("ibdev2netdev", line)
             continue
+        port = to_int(m["port"])
+        if port is None:
+            problems.line("ibdev2netdev (port not a number)", line)
+            continue
         extra, tidy = _extra(m["rest"])
         entry: dict[str, Any] = {
             "device": m["device"],
-            "port": int(m["port"]),
+            "port": port,
             "netdev": _text(m["netdev"]),
             "state": _text(m["state"]),
             "extra": extra,
@@ -672,7 +668,9 @@ def _lane_item(item: str) -> int | float | str | None:
     item = item.strip()
     if item in _PLACEHOLDERS:
         return None
-    value = _number(item)
+    value = number(item)
+    if value is None and looks_numeric(item):
+        return None  # a number no module reports (nan, 1e400, 5,000 digits): unknown
     return item if value is None else value
 
 
@@ -683,7 +681,7 @@ def _mlxlink_value(key: str, value: str) -> tuple[Any, dict[str, Any] | None]:
     m = _RANGE.fullmatch(body)
     if m is not None:
         body = m["body"].strip()
-        limits = {"min": _number(m["lo"]), "max": _number(m["hi"])}
+        limits = {"min": number(m["lo"]), "max": number(m["hi"])}
     if body in _PLACEHOLDERS:
         return None, limits
     if key in _MLXLINK_TEXT_FIELDS:
@@ -693,7 +691,9 @@ def _mlxlink_value(key: str, value: str) -> tuple[Any, dict[str, Any] | None]:
         if key.endswith("per_lane") or all(not isinstance(i, str) for i in items):
             return items, limits
         return body, limits
-    parsed = _number(body)
+    parsed = number(body)
+    if parsed is None and looks_numeric(body):
+        return None, limits  # a number no module reports: unknown, not kept as text
     return (body if parsed is None else parsed), limits
 
 

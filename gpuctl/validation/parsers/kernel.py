@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpuctl.validation.numbers import to_int
 from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 KIND = "xid"
@@ -105,7 +106,7 @@ def _xid_event(m: re.Match[str], timestamp: str | None) -> dict[str, Any]:
         pm = _PID_NAME.match(rest)
         if pm:
             pid_text = pm.group("pid")
-            pid = int(pid_text) if pid_text.isdigit() else None
+            pid = to_int(pid_text)
             name = pm.group("name").strip()
             process = None if name in ("", "<unknown>", "'<unknown>'") else name
             msg = pm.group("msg")
@@ -115,12 +116,12 @@ def _xid_event(m: re.Match[str], timestamp: str | None) -> dict[str, Any]:
     gm = _GPU_INDEX.search(message) if message else None
     return {
         "pci": m.group("pci"),
-        "xid": int(m.group("xid")),
+        "xid": to_int(m.group("xid")),
         "message": message,
         "timestamp": timestamp,
         "pid": pid,
         "process": process,
-        "gpu": int(gm.group("index")) if gm else None,
+        "gpu": to_int(gm.group("index")) if gm else None,
     }
 
 
@@ -134,10 +135,10 @@ def _sxid_event(m: re.Match[str], timestamp: str | None) -> dict[str, Any] | Non
     lm = _LINK.search(rest)
     return {
         "pci": m.group("pci"),
-        "sxid": int(m.group("sxid")),
+        "sxid": to_int(m.group("sxid")),
         "message": rest or None,
         "severity": sm.group("sev").lower() if sm else None,
-        "link": int(lm.group("link")) if lm else None,
+        "link": to_int(lm.group("link")) if lm else None,
         "timestamp": timestamp,
     }
 
@@ -179,10 +180,10 @@ def parse_xid(text: str) -> ParseResult:
         if at >= 0:
             unknown_prefix += at > 0
             m = _XID.search(rest, at)
-            if m is None:
+            event = _xid_event(m, timestamp) if m is not None else None
+            if event is None or event["xid"] is None:
                 problems.append(f"line {number}: Xid line not understood: {line[:160]!r}")
                 continue
-            event = _xid_event(m, timestamp)
             events.append(event)
             key = str(event["xid"])
             counts[key] = counts.get(key, 0) + 1
@@ -192,10 +193,10 @@ def parse_xid(text: str) -> ParseResult:
         at = rest.find("SXid (")
         if at >= 0:
             m = _SXID.search(rest, at)
-            if m is None:
+            entry = _sxid_event(m, timestamp) if m is not None else None
+            if m is None or (entry is not None and entry["sxid"] is None):
                 problems.append(f"line {number}: SXid line not understood: {line[:160]!r}")
                 continue
-            entry = _sxid_event(m, timestamp)
             if entry is not None:
                 sxid.append(entry)
             continue

@@ -28,11 +28,11 @@ Data shape (docs/parse.md)::
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
-from gpuctl.validation.parsing import ParseResult, clean, number, parser
+from gpuctl.validation.numbers import looks_numeric, number, to_float, to_int
+from gpuctl.validation.parsing import ParseResult, clean, parser
 
 KIND = "nccl"
 
@@ -79,23 +79,23 @@ _FAILURES = re.compile(
 _WARN = re.compile(r"\bNCCL WARN\b")
 
 
-def _num(value: str | None) -> int | float | None:
-    """``number`` without the non-finite floats a 400-digit string would give."""
-    out = number(value)
-    return None if isinstance(out, float) and not math.isfinite(out) else out
+def _refused(tokens: list[str]) -> list[str]:
+    """The tokens of a result row that look like numbers but were refused (nan, inf, 1e400,
+    5,000 digits): their values are None, and the parser says so."""
+    return [t for t in tokens if number(t) is None and looks_numeric(t)]
 
 
 def _side(tokens: list[str], error_column: str | None) -> dict[str, Any]:
     """time algbw busbw wrong|error -> one half of a result row."""
-    value = _num(tokens[3])
+    value = number(tokens[3])
     column = error_column
     if column is None:  # no header: an integer is a #wrong count, a float the old error
         token = tokens[3]
         column = "wrong" if _DIGITS.fullmatch(token) else "error" if value is not None else None
     return {
-        "time_us": _num(tokens[0]),
-        "algbw": _num(tokens[1]),
-        "busbw": _num(tokens[2]),
+        "time_us": number(tokens[0]),
+        "algbw": number(tokens[1]),
+        "busbw": number(tokens[2]),
         "wrong": value if column == "wrong" else None,
         "error": value if column == "error" else None,
     }
@@ -109,23 +109,26 @@ def _row(tokens: list[str], error_column: str | None) -> dict[str, Any] | None:
         return None
     if not _TYPE.fullmatch(tokens[2]):
         return None
+    size, count = to_int(tokens[0]), to_int(tokens[1])
+    if size is None or count is None:
+        return None
     middle = tokens[3:-8]
     redop: str | None = None
     root: int | float | None = None
     if len(middle) == 2:
-        redop, root = middle[0], _num(middle[1])
+        redop, root = middle[0], number(middle[1])
         if root is None or not _TYPE.fullmatch(redop):
             return None
     elif len(middle) == 1:
         if _TYPE.fullmatch(middle[0]):
             redop = middle[0]
         else:
-            root = _num(middle[0])
+            root = number(middle[0])
             if root is None:
                 return None
     return {
-        "size": int(tokens[0]),
-        "count": int(tokens[1]),
+        "size": size,
+        "count": count,
         "type": tokens[2],
         "redop": redop,
         "root": root,
@@ -143,7 +146,7 @@ def _params(line: str) -> dict[str, Any]:
         elif key == "step":
             out[key] = m.group(1)
         else:
-            out[key] = _num(m.group(1))
+            out[key] = number(m.group(1))
     return out
 
 
@@ -184,6 +187,7 @@ def parse_nccl(text: str) -> ParseResult:
     seen_trailer_avg = False
     bad_rows: list[str] = []
     placeholders: list[str] = []
+    refused: list[str] = []
     nthread_lines = 0
 
     for raw in clean(text).split("\n"):
@@ -206,6 +210,10 @@ def parse_nccl(text: str) -> ParseResult:
                 if data["params"] is None:
                     data["params"] = _params(stripped)
             elif m := _RANK.match(stripped):
+                rank, pid, device = to_int(m.group(1)), to_int(m.group(3)), to_int(m.group(5))
+                if rank is None or pid is None or device is None:
+                    problems.append(f"device list line not understood: {stripped[:120]!r}")
+                    continue
                 host: str | None = m.group(4)
                 if host is not None and _PLACEHOLDER.match(host):
                     if host not in placeholders:
@@ -213,11 +221,11 @@ def parse_nccl(text: str) -> ParseResult:
                     host = None
                 data["ranks"].append(
                     {
-                        "rank": int(m.group(1)),
-                        "group": int(m.group(2)) if m.group(2) is not None else None,
-                        "pid": int(m.group(3)),
+                        "rank": rank,
+                        "group": to_int(m.group(2)),
+                        "pid": pid,
                         "host": host,
-                        "device": int(m.group(5)),
+                        "device": device,
                         "busid": m.group(6).strip() or None,
                         "name": m.group(7) or None,
                     }
@@ -231,7 +239,7 @@ def parse_nccl(text: str) -> ParseResult:
                     data["error_column"] = column
             elif m := _OOB.match(stripped):
                 seen_trailer_oob = True
-                data["out_of_bounds"] = _num(m.group(1))
+                data["out_of_bounds"] = number(m.group(1))
                 status = (m.group(2) or "").upper()
                 data["out_of_bounds_ok"] = True if status == "OK" else False if status else None
                 if data["out_of_bounds"] is None:
@@ -240,11 +248,11 @@ def parse_nccl(text: str) -> ParseResult:
                     data["errors"].append(stripped)
             elif m := _AVG.match(stripped):
                 seen_trailer_avg = True
-                value = _num(m.group(1))
-                if value is None:
-                    problems.append(f"'Avg bus bandwidth' is not a number: {m.group(1)!r}")
+                avg = to_float(m.group(1))
+                if avg is None:
+                    problems.append(f"'Avg bus bandwidth' is not a number: {m.group(1)[:40]!r}")
                 else:
-                    data["avg_busbw"] = float(value)
+                    data["avg_busbw"] = avg
             continue
         if m := _NCCL_VERSION.search(stripped):
             data["nccl_version"] = data["nccl_version"] or m.group(1)
@@ -256,10 +264,12 @@ def parse_nccl(text: str) -> ParseResult:
             data["errors"].append(stripped)
             continue
         if stripped[0].isdigit():
-            row = _row(stripped.split(), data["error_column"])
+            tokens = stripped.split()
+            row = _row(tokens, data["error_column"])
             if row is None:
                 bad_rows.append(stripped)
                 continue
+            refused += _refused(tokens)
             data["rows"].append(row)
             if any(
                 isinstance(side["wrong"], int | float) and side["wrong"] > 0
@@ -287,6 +297,11 @@ def parse_nccl(text: str) -> ParseResult:
     if bad_rows:
         problems.append(
             f"{len(bad_rows)} table line(s) not understood, first: {bad_rows[0][:120]!r}"
+        )
+    if refused:
+        problems.append(
+            f"{len(refused)} value(s) in result rows are not plausible numbers (null), first: "
+            f"{refused[0][:40]!r}"
         )
     if tables > 1 or nthread_lines > 1:
         problems.append(

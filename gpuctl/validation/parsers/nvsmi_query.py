@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from gpuctl.validation.parsing import ParseResult, clean, number, parser, unrecognised
+from gpuctl.validation.numbers import looks_numeric, number
+from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 KIND_Q = "smi-q"
 KIND_XML = "smi-xml"
@@ -69,7 +70,7 @@ _NUM_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%/()]*)")
 
 
 # Real -q / -q -x output nests 6 levels deep; deeper input is refused line by line (it would
-# otherwise recurse without bound). Over-long numbers are refused by the shared number().
+# otherwise recurse without bound). Over-long numbers are refused by gpuctl.validation.numbers.
 _MAX_DEPTH = 24
 
 
@@ -945,7 +946,12 @@ def _csv_value(name: str, unit: str | None, cell: str | None) -> tuple[Any, bool
     m = _NUM_UNIT.fullmatch(cell.strip())
     if m and (m.group(2) == "" or (unit is not None and m.group(2) == unit.strip())):
         n = number(m.group(1))
-        return (cell if n is None else n), False
+        return (None, True) if n is None else (n, False)  # None: 5,000 digits
+    bare = cell.strip()
+    if unit is not None and unit.strip() and bare.endswith(unit.strip()):
+        bare = bare[: -len(unit.strip())]
+    if looks_numeric(bare) and number(bare) is None:
+        return None, True  # nan, inf, 1e400, 1e308: no reading, not a number to keep as text
     return cell, False
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuctl.validation.parsing import ParseResult, clean, number, parser, unrecognised
+from gpuctl.validation.numbers import number, to_int
+from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 # ------------------------------------------------------------------------------------------
 # Shared pieces
@@ -302,11 +303,11 @@ class _Table:
             return rows[row][col]
 
         m = _GPU_ID_CELL.fullmatch(cell(0, 0) or "")
-        if m is None:
+        index = to_int(m.group(1)) if m is not None else None
+        if m is None or index is None:
             self.problems.append(f"unrecognised GPU row: {'|'.join(rows[0])[:80]!r}")
             return
         gpu = _Gpu()
-        index = int(m.group(1))
         label = f"GPU {index}"
         if any(g["index"] == index for g in self.gpus):
             self.problems.append(f"{label} appears twice in the table")
@@ -383,11 +384,11 @@ class _Table:
 
     def mig_block(self, rows: list[list[str]]) -> None:
         first = rows[0]
-        ids = first[0].split() if first else []
-        if len(ids) != 4 or not all(i.isdigit() for i in ids):
+        ids = [to_int(i) for i in first[0].split()] if first else []
+        if len(ids) != 4 or any(i is None or i < 0 for i in ids):
             self.problems.append(f"unrecognised MIG device row: {'|'.join(first)[:80]!r}")
             return
-        gpu_i, gi, ci, dev = (int(i) for i in ids)
+        gpu_i, gi, ci, dev = ids
         label = f"MIG device {dev} of GPU {gpu_i}"
         unreadable: list[str] = []
         device: dict[str, Any] = {
@@ -470,7 +471,10 @@ class _Table:
                     unreadable.append(f"{key} ({token!r})")
         elif n is not None:
             gpu, pid, kind, name, memory = n.groups()
-        proc["gpu"], proc["pid"] = int(gpu), int(pid)
+        proc["gpu"], proc["pid"] = to_int(gpu), to_int(pid)
+        if proc["gpu"] is None or proc["pid"] is None:
+            self.problems.append(f"unrecognised process row: {text[:80]!r}")
+            return
         proc["type"] = kind
         proc["name"] = name
         proc["name_truncated"] = _truncated(name)
@@ -559,8 +563,10 @@ def parse_nvlink(text: str) -> ParseResult:
     for line in lines:
         gm = _GPU_LINE.fullmatch(line)
         lm = _LINK_LINE.fullmatch(line)
-        if gm:
-            index = int(gm.group(1))
+        index = to_int(gm.group(1)) if gm else None
+        if gm and index is None:
+            problems.append(f"GPU line with an unreadable index: {line[:80]!r}")
+        elif gm:
             if any(g["index"] == index for g in gpus):
                 problems.append(f"GPU {index} appears twice")
             gpus.append(
@@ -578,7 +584,10 @@ def parse_nvlink(text: str) -> ParseResult:
                 problems.append(f"link line before any GPU line: {line[:80]!r}")
                 continue
             gpu = gpus[-1]
-            link, value = int(lm.group(1)), lm.group(2)
+            link, value = to_int(lm.group(1)), lm.group(2)
+            if link is None:
+                problems.append(f"GPU {gpu['index']}: unreadable link number {line[:80]!r}")
+                continue
             if any(x["link"] == link for x in gpu["links"]):
                 problems.append(f"GPU {gpu['index']}: link {link} appears twice")
             sm = _LINK_SPEED.fullmatch(value)
@@ -645,8 +654,10 @@ def parse_smi_list(text: str) -> ParseResult:
     for line in lines:
         gm = _GPU_LINE.fullmatch(line)
         mm = _MIG_LINE.fullmatch(line)
-        if gm:
-            index = int(gm.group(1))
+        index = to_int(gm.group(1)) if gm else None
+        if gm and index is None:
+            problems.append(f"GPU line with an unreadable index: {line[:80]!r}")
+        elif gm:
             if any(g["index"] == index for g in gpus):
                 problems.append(f"GPU {index} appears twice")
             name = gm.group(2) or None
@@ -657,8 +668,12 @@ def parse_smi_list(text: str) -> ParseResult:
             if not gpus:
                 problems.append(f"MIG line before any GPU line: {line[:80]!r}")
                 continue
+            device = to_int(mm.group(2))
+            if device is None:
+                problems.append(f"MIG line with an unreadable device number: {line[:80]!r}")
+                continue
             gpus[-1]["mig"].append(
-                {"profile": mm.group(1), "device": int(mm.group(2)), "uuid": _uuid(mm.group(3))}
+                {"profile": mm.group(1), "device": device, "uuid": _uuid(mm.group(3))}
             )
         else:
             problems.append(f"unexpected line: {line[:120]!r}")

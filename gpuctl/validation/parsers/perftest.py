@@ -20,12 +20,12 @@ Data shape (docs/parse.md)::
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuctl.validation.parsing import ParseResult, clean, number, parser
+from gpuctl.validation.numbers import looks_numeric, number
+from gpuctl.validation.parsing import ParseResult, clean, parser
 
 KIND = "perftest"
 
@@ -69,12 +69,6 @@ _LAT_KEYS = (
     "p99",
     "p99_9",
 )
-
-
-def _num(value: str | None) -> int | float | None:
-    """``number`` without the non-finite floats a 400-digit string would give."""
-    out = number(value)
-    return None if isinstance(out, float) and not math.isfinite(out) else out
 
 
 def _column_key(name: str) -> str:
@@ -150,7 +144,7 @@ class _Block:
                 self.time_unit = unit.group(1)
 
     def row(self, tokens: list[str]) -> None:
-        values = [_num(t) for t in tokens]
+        values = [number(t) for t in tokens]
         if len(values) != len(self.columns) or any(v is None for v in values):
             self.bad_rows.append(" ".join(tokens))
             return
@@ -218,7 +212,9 @@ def _classify(block: _Block, line: str) -> None:
         block.header(stripped)
         return
     tokens = stripped.split()
-    if tokens and tokens[0][:1].isdigit() and all(_num(t) is not None for t in tokens):
+    # a result line: numbers only. One that no test prints (nan, inf, 1e308, 5,000 digits) makes
+    # the line a bad row (reported, not a measurement), not a line of some other kind
+    if tokens and tokens[0][:1].isdigit() and all(looks_numeric(t) for t in tokens):
         if block.columns:
             block.row(tokens)
         else:

@@ -29,7 +29,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuctl.validation.parsing import ParseResult, clean, number, parser, unrecognised
+from gpuctl.validation.numbers import looks_numeric, number, plausible, to_float, to_int
+from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 SINFO = "sinfo"
 SCONTROL_NODE = "scontrol-node"
@@ -194,9 +195,9 @@ def _custom_value(text: str, key: str) -> Any:
     if key.split("_")[0] in _NAME_COLUMNS or re.sub(r"_\d+$", "", key) in _NAME_COLUMNS:
         return value
     if re.fullmatch(r"\d+", value):
-        return int(value)
+        return to_int(value)  # None past 30 digits: unknown, not the text
     if key.startswith("cpu_load") and re.fullmatch(r"\d+\.\d+", value):
-        return float(value)
+        return to_float(value)
     return value
 
 
@@ -358,7 +359,7 @@ def _gres_gpus(gres: str | None) -> int | None:
             if isinstance(count, int):
                 total += count
                 found = True
-    return total if found else None
+    return plausible(total) if found else None
 
 
 def _node_record(pairs: list[tuple[str, str]], problems: list[str]) -> dict[str, Any]:
@@ -458,10 +459,10 @@ def uptime_seconds(text: str | None) -> int | None:
     match = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d\d):(\d\d)", text.strip())
     if not match:
         return None
-    days = int(match.group(1) or 0)
-    return (
-        days * 86400 + int(match.group(2)) * 3600 + int(match.group(3)) * 60 + int(match.group(4))
-    )
+    days, hours, minutes, seconds = (to_int(g or "0") for g in match.groups())
+    if days is None or hours is None or minutes is None or seconds is None:
+        return None
+    return plausible(days * 86400 + hours * 3600 + minutes * 60 + seconds)
 
 
 @parser(
@@ -494,7 +495,11 @@ def parse_slurmd_conf(text: str) -> ParseResult:
         for key, raw in pairs:
             value = _value(raw)
             parsed = number(value) if value is not None else None
-            node[key] = parsed if parsed is not None else value
+            if parsed is None and looks_numeric(value):  # 5,000 digits, 1e400, nan: unknown
+                problems.append(f"{key}= is not a plausible number: {(value or '')[:40]!r}")
+                node[key] = None
+            else:
+                node[key] = parsed if parsed is not None else value
     if not started:
         if re.search(r"(^|\s|/)slurmd\s+-C\b", text):
             return unrecognised(SLURMD_CONF, "only the command line 'slurmd -C', no output")

@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuctl.validation.parsing import ParseResult, clean, number, parser, unrecognised
+from gpuctl.validation.numbers import number
+from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 TOPO = "topo"
 P2P = "topo-p2p"
