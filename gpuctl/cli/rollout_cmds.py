@@ -12,7 +12,7 @@ from rich.table import Table
 
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, out_console, print_json
-from gpuctl.rollout.model import Action, Component, Plan, RolloutState, Status
+from gpuctl.rollout.model import Action, Component, Plan, RolloutError, RolloutState, Status
 from gpuctl.rollout.run import (
     PolicyOverrides,
     RunResult,
@@ -206,7 +206,10 @@ class _Follow:
 
     def _loop(self) -> None:
         while not self.stop.wait(0.5):
-            self._flush()
+            try:
+                self._flush()
+            except RolloutError:  # an unreadable audit log: close() reports it (exit 2)
+                return
 
     def close(self) -> None:
         self.stop.set()

@@ -49,10 +49,12 @@ from gpuctl.rollout.model import (
 from gpuctl.rollout.plan import plan_rollout
 from gpuctl.rollout.store import (
     RolloutStore,
+    StateFileError,
     cluster_lock,
     current_rollout,
     new_rollout,
-    write_atomic,
+    read_json_file,
+    write_state_file,
 )
 from gpuctl.validation.collect import select_nodes
 
@@ -287,7 +289,8 @@ def apply(
             str(image.resolve()) if image is not None else None,
             sha256_of(image) if image is not None else None,
         )
-        write_atomic(store.directory / OPTIONS, json.dumps(options.to_json(), indent=2) + "\n")
+        text = json.dumps(options.to_json(), indent=2) + "\n"
+        write_state_file(store.directory / OPTIONS, text)
         if on_started is not None:
             on_started(store)
         return _run(store, cluster_path, cluster, image, None, factory)
@@ -312,11 +315,21 @@ def _run(
 
 
 def _options(store: RolloutStore) -> RolloutOptions:
-    try:
-        data: Mapping[str, Any] = json.loads((store.directory / OPTIONS).read_text("utf-8"))
-        return RolloutOptions(str(data["cluster"]), data.get("image"), data.get("image_sha256"))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RolloutError(f"{store.directory / OPTIONS}: unreadable ({exc})") from None
+    """options.json; StateFileError naming it when it cannot be read or is not the shape
+    `apply` writes (a cluster path, an image path and its sha256, or nulls)."""
+    path = store.directory / OPTIONS
+    data = read_json_file(path)
+    if not isinstance(data, Mapping):
+        raise StateFileError(f"{path}: not a JSON object")
+    cluster, image, digest = data.get("cluster"), data.get("image"), data.get("image_sha256")
+    if not isinstance(cluster, str) or not cluster:
+        raise StateFileError(f"{path}: cluster is not a path")
+    for key, value in (("image", image), ("image_sha256", digest)):
+        if value is not None and not isinstance(value, str):
+            raise StateFileError(f"{path}: {key} is not a string or null")
+    if (image is None) != (digest is None):
+        raise StateFileError(f"{path}: image and image_sha256 go together")
+    return RolloutOptions(cluster, image, digest)
 
 
 def resume(

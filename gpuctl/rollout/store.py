@@ -25,14 +25,16 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
+import re
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuctl import fileio
+from gpuctl.errors import EnvironmentProblem
 from gpuctl.rollout.model import (
     AuditEvent,
     Component,
@@ -70,31 +72,54 @@ def new_rollout_id(root: Path, component: Component, now: datetime | None = None
     return candidate
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+class StateFileError(RolloutError, EnvironmentProblem):
+    """A file of the rollout state that cannot be read: missing, not UTF-8, not JSON or not the
+    shape gpuctl writes. The message names the file (the CLI exits 2)."""
 
 
-def write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
+# What ``current`` may name: a folder beside it (new_rollout_id: ``20250314T101500Z-driver``)
+_ROLLOUT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def write_state_file(path: Path, text: str, *, durable: bool = True) -> None:
     """Replace ``path`` with ``text`` so a reader (or a crash) sees the old or the new file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fileio.write_atomic(path, text, mode=FILE_MODE, durable=durable)
+
+
+def read_json_file(path: Path) -> Any:
+    """The JSON value of a state file gpuctl wrote; StateFileError naming it when it cannot be
+    read or is not JSON."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fchmod(fh.fileno(), FILE_MODE)
-            if durable:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        _fsync_dir(path.parent)
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise StateFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise StateFileError(f"{path}: not UTF-8") from None
+    except RecursionError:
+        raise StateFileError(f"{path}: not JSON (nested too deep)") from None
+    except ValueError as exc:
+        raise StateFileError(f"{path}: not JSON ({exc})") from None
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def audit_line_problem(line: Any) -> str | None:
+    """Why ``line`` is not an audit line as the store writes it, or None."""
+    if not isinstance(line, dict):
+        return "not a JSON object"
+    if not isinstance(line.get("event"), str):
+        return "event is not a string"
+    if not isinstance(line.get("ts", ""), str):
+        return "ts is not a string"
+    if line.get("node") is not None and not isinstance(line.get("node"), str):
+        return "node is not a string or null"
+    if "seq" in line and not _int(line["seq"]):
+        return "seq is not a whole number"
+    return None
 
 
 class RolloutStore:
@@ -151,23 +176,35 @@ class RolloutStore:
         return state
 
     def load(self) -> RolloutState:
+        """state.json; StateFileError naming it when it cannot be read or is not a rollout
+        state (with its outbox of audit lines)."""
+        path = self.state_path
         try:
-            data = json.loads(self.state_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise RolloutError(f"{self.state_path}: cannot read rollout state ({exc})") from None
+            data = read_json_file(path)
+        except StateFileError as exc:
+            raise StateFileError(f"{path}: cannot read rollout state ({exc})") from None
         if not isinstance(data, dict):
-            raise RolloutError(f"{self.state_path}: not a rollout state")
+            raise StateFileError(f"{path}: not a rollout state")
+        outbox = data.get("outbox", [])
+        if not isinstance(outbox, list):
+            raise StateFileError(f"{path}: not a rollout state (outbox is not a list)")
+        for i, line in enumerate(outbox):
+            why = audit_line_problem(line) or (None if _int(line.get("seq")) else "no seq")
+            if why is not None:
+                raise StateFileError(f"{path}: not a rollout state (outbox line {i + 1}: {why})")
         try:
             return RolloutState.from_json(data)
         except RolloutError as exc:
-            raise RolloutError(f"{self.state_path}: {exc}") from None
+            raise StateFileError(f"{path}: {exc}") from None
+        except RecursionError:
+            raise StateFileError(f"{path}: not a rollout state (nested too deep)") from None
 
     def save(self, state: RolloutState) -> None:
         """Replace state.json atomically (stamps ``state.updated``)."""
         with self._lock:
             state.updated = utc_now_iso()
             text = json.dumps(state.to_json(), indent=2) + "\n"
-            write_atomic(self.state_path, text, durable=self.durable)
+            write_state_file(self.state_path, text, durable=self.durable)
 
     def _line(self, event: AuditEvent, seq: int | None) -> dict[str, Any]:
         line: dict[str, Any] = {
@@ -221,17 +258,18 @@ class RolloutStore:
                 raw = self.audit_path.read_bytes()
             except FileNotFoundError:
                 raw = b""
+            except OSError as exc:
+                raise StateFileError(
+                    f"{self.audit_path}: cannot be read ({exc.strerror or exc})"
+                ) from None
             if raw and not raw.endswith(b"\n"):
                 keep = raw.rfind(b"\n") + 1
                 with self.audit_path.open("r+b") as fh:
                     fh.truncate(keep)
                 raw = raw[:keep]
         last = 0
-        for text in raw.decode("utf-8", "replace").splitlines():
-            try:
-                seq = json.loads(text).get("seq")
-            except (ValueError, AttributeError):
-                continue
+        for line in self._parse_audit(raw):
+            seq = line.get("seq")
             if isinstance(seq, int):
                 last = max(last, seq)
         missing = [line for line in state.outbox if int(line.get("seq", 0)) > last]
@@ -239,28 +277,52 @@ class RolloutStore:
             self.append_line(line)
         return len(missing)
 
+    def _parse_audit(self, raw: bytes) -> list[dict[str, Any]]:
+        """The lines of audit.jsonl; a torn last line (no newline: a crash mid-write, maybe
+        inside a character) is left out, any other line that is not an audit line is a
+        StateFileError naming the file and the line."""
+        out: list[dict[str, Any]] = []
+        lines = raw.split(b"\n")
+        torn = lines.pop()  # b"" after the last newline, else the torn last line
+        if torn:
+            lines.append(torn)
+        for i, data in enumerate(lines):
+            last = bool(torn) and i == len(lines) - 1
+            where = f"{self.audit_path}:{i + 1}"
+            try:
+                obj = json.loads(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                if last:
+                    break
+                raise StateFileError(f"{where}: not UTF-8") from None
+            except RecursionError:
+                raise StateFileError(f"{where}: not JSON (nested too deep)") from None
+            except ValueError:
+                if last:
+                    break
+                raise StateFileError(f"{where}: not JSON") from None
+            why = audit_line_problem(obj)
+            if why is not None:
+                raise StateFileError(f"{where}: not an audit line ({why})")
+            out.append(obj)
+        return out
+
     def read_audit(self) -> list[dict[str, Any]]:
         """The audit lines, parsed; a torn last line (a crash mid-write) is ignored."""
         try:
-            text = self.audit_path.read_text(encoding="utf-8")
+            raw = self.audit_path.read_bytes()
         except FileNotFoundError:
             return []
-        out: list[dict[str, Any]] = []
-        lines = text.splitlines()
-        for i, raw in enumerate(lines):
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                if i == len(lines) - 1:
-                    break
-                raise RolloutError(f"{self.audit_path}:{i + 1}: not JSON") from None
-            if isinstance(obj, dict):
-                out.append(obj)
-        return out
+        except OSError as exc:
+            raise StateFileError(
+                f"{self.audit_path}: cannot be read ({exc.strerror or exc})"
+            ) from None
+        return self._parse_audit(raw)
 
     def request_abort(self, reason: str = "") -> None:
         """Ask a running executor (in this or another process) to start no new node."""
-        write_atomic(self.abort_path, json.dumps({"ts": utc_now_iso(), "reason": reason}) + "\n")
+        text = json.dumps({"ts": utc_now_iso(), "reason": reason}) + "\n"
+        write_state_file(self.abort_path, text)
         self.append(AuditEvent("abort-requested", details={"reason": reason}))
 
     def abort_requested(self) -> bool:
@@ -281,20 +343,29 @@ def new_rollout(state_dir: Path, plan: Plan, now: datetime | None = None) -> Rol
     root.mkdir(parents=True, exist_ok=True)
     store = RolloutStore(root / new_rollout_id(root, plan.component, now))
     store.create(plan)
-    write_atomic(root / CURRENT, store.rollout_id + "\n")
+    write_state_file(root / CURRENT, store.rollout_id + "\n")
     return store
 
 
 def current_rollout(state_dir: Path) -> RolloutStore | None:
     """The rollout ``current`` names, or None when there is none."""
     root = rollouts_root(state_dir)
+    path = root / CURRENT
     try:
-        name = (root / CURRENT).read_text(encoding="utf-8").strip()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
-    store = RolloutStore(root / name) if name and "/" not in name else None
-    if store is None or not store.exists():
-        raise RolloutError(f"{root / CURRENT} names {name!r}, which is not a rollout")
+    except OSError as exc:
+        raise StateFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        name = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise StateFileError(f"{path}: not UTF-8") from None
+    if not _ROLLOUT_ID.fullmatch(name):
+        raise StateFileError(f"{path} names {name[:80]!r}, which is not a rollout id")
+    store = RolloutStore(root / name)
+    if not store.exists():
+        raise StateFileError(f"{path} names {name!r}, which is not a rollout")
     return store
 
 

@@ -20,7 +20,6 @@ import json
 import os
 import shlex
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -38,6 +37,7 @@ from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.derived import split_top_level
 from gpuctl.config.model import Cluster, Level
 from gpuctl.errors import EnvironmentProblem, UsageError
+from gpuctl.fileio import write_atomic as write_atomic  # re-exported: nodecheck, cli
 from gpuctl.validation import multinode
 from gpuctl.validation import pairs as pairing
 from gpuctl.validation.expect import NodeExpectation, expectations
@@ -58,7 +58,16 @@ from gpuctl.validation.probes import (
     wants_ib_write_bw,
 )
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
-from gpuctl.validation.suite import judge_directory
+from gpuctl.validation.suite import (
+    MISSING,
+    BundleFileError,
+    collection_time,
+    judge_directory,
+    not_judged,
+    read_bundle_json,
+    read_node_meta,
+    short,
+)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -456,22 +465,6 @@ class _ParamikoRunning:
 
 # ------------------------------------------------------------------------------------------
 # The bundle directory
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: readers see the old
-    file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _json_bytes(data: Any) -> bytes:
@@ -1055,6 +1048,8 @@ class ValidateResult:
     seconds: float = 0.0
     pairs: tuple[PairRun, ...] = ()
     complete: bool = True  # False: the bundle is from a collection that did not finish
+    ignored: tuple[str, ...] = ()  # node folders of the bundle cluster.yml does not know
+    warnings: tuple[str, ...] = ()  # what the CLI shows as warnings (ignored folders)
 
     @property
     def failed(self) -> bool:
@@ -1132,15 +1127,20 @@ def _judge(
     bundle: Path,
     nodes: Sequence[str],
     level: str | None,
-    collected_at: str | None,
+    now: datetime | None,
+    clock_problem: str | None,
+    generated_at: str | None,
 ) -> ValidationReport:
-    now = datetime.fromisoformat(collected_at) if collected_at else None
+    """The report of ``nodes`` (every other node of cluster.yml is left out) from ``bundle``;
+    ``now`` ends the Xid window, ``clock_problem`` says why there is no trusted time."""
+    leveled = with_level(cluster, level)
     report = judge_directory(
-        with_level(cluster, level),
+        leveled,
         bundle,
         level=level,
         now=now,
-        generated_at=collected_at,
+        clock_problem=clock_problem,
+        generated_at=generated_at,
     )
     keep = set(nodes)
     extra = {
@@ -1149,12 +1149,28 @@ def _judge(
     }
     # multi-node nccl-tests (level long): the locator replayed over the recorded runs
     mn = multinode_plan(cluster).options
-    mn_results, mn_summary = multinode.judge_bundle_dir(
-        bundle, expectations(with_level(cluster, level)), mn
-    )
+    exps = expectations(leveled)
+    try:
+        mn_results, mn_summary = multinode.judge_bundle_dir(bundle, exps, mn)
+    except Exception as exc:  # never lose the nodes' own verdicts to it
+        mn_results = [not_judged(n, exc, multinode.CHECK) for n in nodes if exps[n].gpu_count]
+        mn_summary = {}
     more: dict[str, list[CheckResult]] = {}
     for r in mn_results:
         more.setdefault(r.node, []).append(r)
+    reached = [n.node for n in report.nodes if n.node in keep and not _lost(n)]
+    for group, members in multinode.participants(exps, reached, level).items():
+        for node in members:
+            if node not in more:  # a run was due and the bundle does not hold it
+                more[node] = [
+                    CheckResult(
+                        check=multinode.CHECK,
+                        node=node,
+                        verdict=Verdict.UNKNOWN,
+                        message=f"not measured: the bundle holds no multi-node run of group "
+                        f"{group} with {node} (level long)",
+                    )
+                ]
     if mn_summary:
         extra["nccl_multinode"] = mn_summary
     return ValidationReport(
@@ -1167,6 +1183,14 @@ def _judge(
         ),
         generated_at=report.generated_at,
         extra=extra,
+    )
+
+
+def _lost(node: NodeReport) -> bool:
+    """Not reached, or its folder not judged: no multi-node run is due for it."""
+    return any(
+        c.check in ("node.reachable", "node.bundle", "node.judged") and c.verdict is not Verdict.OK
+        for c in node.checks
     )
 
 
@@ -1213,7 +1237,8 @@ def validate(
         multinode=multinode_plan(cluster),
     )
     got = collector.collect(targets, out)
-    report = _judge(cluster, out, nodes, level, got.collected_at)
+    now, clock_problem = collection_time({"collected_at": got.collected_at})
+    report = _judge(cluster, out, nodes, level, now, clock_problem, got.collected_at)
     write_atomic(out / RESULTS_FILE, report.dumps().encode("utf-8"))
     return ValidateResult(
         bundle=out,
@@ -1228,15 +1253,64 @@ def validate(
 
 
 def read_bundle_header(bundle: Path) -> dict[str, Any]:
-    """bundle.json of a bundle written by `gpuctl validate` ({} for a hand-made bundle)."""
-    path = bundle / BUNDLE_FILE
-    if not path.is_file():
-        return {}
+    """bundle.json of a bundle written by `gpuctl validate` ({} for a hand-made bundle).
+
+    Read like every file of a bundle (never through a link, bounded); one that cannot be read
+    or is not a JSON object makes the whole bundle unreadable (UsageError, one line)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--bundle: cannot read {path}: {exc}") from None
-    return data if isinstance(data, dict) else {}
+        data = read_bundle_json(bundle, BUNDLE_FILE)
+    except FileNotFoundError:
+        return {}
+    except BundleFileError as exc:
+        raise UsageError(f"--bundle {bundle}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--bundle {bundle}: {BUNDLE_FILE}: not a JSON object")
+    return data
+
+
+def _header_level(bundle: Path, header: Mapping[str, Any]) -> str | None:
+    level = header.get("level")
+    if level is None:
+        return None
+    if not isinstance(level, str) or level not in LEVELS:
+        raise UsageError(
+            f"--bundle {bundle}: {BUNDLE_FILE}: level {short(level, 40)} is not one of "
+            f"{', '.join(LEVELS)}"
+        )
+    return level
+
+
+def bundle_folders(bundle: Path) -> list[str]:
+    """The names of what looks like node folders in ``bundle`` (links included, never
+    followed): everything but files, ``_multinode`` and dot names."""
+    try:
+        entries = list(os.scandir(bundle))
+    except OSError as exc:
+        raise UsageError(f"--bundle {bundle}: cannot be listed: {exc.strerror or exc}") from None
+    return sorted(
+        e.name
+        for e in entries
+        if (e.is_dir(follow_symlinks=False) or e.is_symlink())
+        and e.name != multinode.BUNDLE_DIR
+        and not e.name.startswith(".")
+    )
+
+
+def _pairs(header: Mapping[str, Any]) -> tuple[PairRun, ...]:
+    recorded = header.get("pairs")
+    if not isinstance(recorded, list):
+        return ()
+    return tuple(
+        PairRun(
+            short(p.get("fabric"), 100),
+            short(p.get("server"), 100),
+            short(p.get("client"), 100),
+            p.get("passed") is True,
+            p.get("retest") is True,
+        )
+        for p in recorded
+        if isinstance(p, dict)
+    )
 
 
 def judge_bundle(
@@ -1246,24 +1320,35 @@ def judge_bundle(
     level: str | None = None,
     limit: str | None = None,
 ) -> ValidateResult:
-    """Judge a saved bundle again, offline (no SSH): the nodes and level it was collected for
-    unless ``limit`` / ``level`` say otherwise; the Xid window ends at its collection time."""
+    """Judge a saved bundle again, offline (no SSH): every node of cluster.yml (``limit``
+    narrows them), at the level it was collected at unless ``level`` says otherwise; the Xid
+    window ends at its collection time.
+
+    The bundle may come from someone else: a selected node it lacks fails (``missing from the
+    bundle``), folders of nodes cluster.yml does not know are ignored (``ignored``, with a
+    warning), and a collection time that is missing or implausible is not trusted (the Xid
+    check cannot pass). A bundle.json that cannot be read is a UsageError."""
     if not bundle.is_dir():
         raise UsageError(f"--bundle {bundle}: not a directory")
     cluster = load_cluster(cluster_path)
     header = read_bundle_header(bundle)
-    if level is None and isinstance(header.get("level"), str):
-        level = header["level"]
+    if level is None:
+        level = _header_level(bundle, header)
     if level is not None and level not in LEVELS:
         raise UsageError(f"--level: {level!r} is not one of {', '.join(LEVELS)}")
-    if limit is None and isinstance(header.get("nodes"), list):
-        every = {n.name for n in cluster_nodes(cluster)}
-        nodes = [n for n in select_nodes(cluster, None) if n in set(header["nodes"]) & every]
-    else:
-        nodes = select_nodes(cluster, limit)
-    stamp = header.get("collected_at")
+    nodes = select_nodes(cluster, limit)
+    known = {n.name for n in cluster_nodes(cluster)}
+    ignored = tuple(name for name in bundle_folders(bundle) if name not in known)
+    warnings: tuple[str, ...] = ()
+    if ignored:
+        warnings = (
+            "the bundle holds folders of nodes that cluster.yml does not know, not judged: "
+            + ", ".join(short(n, 100) for n in ignored),
+        )
+    now, clock_problem = collection_time(header)
+    stamp = header.get("collected_at") if now is not None else None
     collected_at = stamp if isinstance(stamp, str) else None
-    report = _judge(cluster, bundle, nodes, level, collected_at)
+    report = _judge(cluster, bundle, nodes, level, now, clock_problem, collected_at)
     unreachable = dict(_unreachable_in(bundle, nodes))
     return ValidateResult(
         bundle=bundle,
@@ -1272,30 +1357,22 @@ def judge_bundle(
         level=level,
         nodes=tuple(nodes),
         collected_at=collected_at,
-        complete=bool(header.get("complete", True)),
-        pairs=tuple(
-            PairRun(
-                str(p.get("fabric")),
-                str(p.get("server")),
-                str(p.get("client")),
-                bool(p.get("passed")),
-                bool(p.get("retest")),
-            )
-            for p in header.get("pairs") or []
-            if isinstance(p, dict)
-        ),
+        complete=header.get("complete", True) is True,
+        pairs=_pairs(header),
+        ignored=ignored,
+        warnings=warnings,
     )
 
 
 def _unreachable_in(bundle: Path, nodes: Iterable[str]) -> Iterator[tuple[str, str]]:
     for node in nodes:
-        meta = bundle / node / "meta.json"
-        if not (bundle / node).is_dir():
-            yield node, "no outputs were collected"
-            continue
         try:
-            data = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            os.lstat(bundle / node)
+        except (FileNotFoundError, NotADirectoryError):
+            yield node, MISSING
             continue
-        if isinstance(data, dict) and data.get("unreachable"):
-            yield node, str(data["unreachable"])
+        except OSError:
+            continue
+        data, _ = read_node_meta(bundle, node)
+        if data is not None and data.get("unreachable"):
+            yield node, short(data["unreachable"], 500)

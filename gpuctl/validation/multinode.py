@@ -49,7 +49,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +63,14 @@ from gpuctl.resources import load_data
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.parsing import parse
 from gpuctl.validation.results import CheckResult, Verdict
+from gpuctl.validation.suite import (
+    OUTPUT_LIMIT,
+    BundleFileError,
+    not_judged,
+    read_bundle_file,
+    read_bundle_json,
+    short,
+)
 
 CHECK = "nccl.multinode"
 BUNDLE_DIR = "_multinode"  # <bundle>/_multinode/<group>/{meta.json,run-NN.txt}
@@ -566,22 +576,44 @@ def run_file(index: int) -> str:
     return f"run-{index:02d}.txt"
 
 
+def _text(value: Any, default: str) -> str:
+    return value[:500] if isinstance(value, str) and value else default
+
+
 def read_runs(folder: Path, meta: Mapping[str, Any]) -> dict[frozenset[str], RunOutcome]:
-    """The recorded runs of one group, read again from their outputs."""
+    """The recorded runs of one group, read again from their outputs (``folder`` is
+    ``<bundle>/_multinode/<group>``): each file only inside that folder and never through a
+    link; a run whose output cannot be read is a failed run saying why."""
+    bundle = folder.parent.parent
     runs: dict[frozenset[str], RunOutcome] = {}
-    for item in meta.get("runs") or []:
+    recorded = meta.get("runs")
+    for item in recorded if isinstance(recorded, list) else []:
         if not isinstance(item, dict):
             continue
-        nodes = tuple(str(n) for n in item.get("nodes") or [])
-        path = folder / str(item.get("file") or "")
-        text = path.read_bytes().decode("utf-8", errors="replace") if path.is_file() else None
+        listed = item.get("nodes")
+        if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+            continue
+        nodes = tuple(listed)
+        name = item.get("file")
+        error = item.get("error")
+        error = _text(error, "the recorded error is not a string") if error else None
+        text: str | None = None
+        if not isinstance(name, str) or not name:
+            error = error or "no output recorded"
+        else:
+            try:
+                data = read_bundle_file(bundle, f"{BUNDLE_DIR}/{folder.name}/{name}", OUTPUT_LIMIT)
+            except BundleFileError as exc:
+                data, error = None, str(exc)
+            text = data.decode("utf-8", errors="replace") if data is not None else None
+        rc = item.get("rc")
         runs[frozenset(nodes)] = outcome(
             nodes,
             text,
-            rc=item.get("rc"),
-            timed_out=bool(item.get("timed_out")),
-            error=item.get("error") or (None if text is not None else "no output recorded"),
-            stderr=str(item.get("stderr") or ""),
+            rc=rc if isinstance(rc, int) and not isinstance(rc, bool) else None,
+            timed_out=item.get("timed_out") is True,
+            error=error or (None if text is not None else "no output recorded"),
+            stderr=_text(item.get("stderr"), ""),
         )
     return runs
 
@@ -602,23 +634,68 @@ def judge_bundle_dir(
     bundle: Path, exps: Mapping[str, NodeExpectation], options: SrunOptions = SrunOptions()
 ) -> tuple[list[CheckResult], dict[str, Any]]:
     """Every node's ``nccl.multinode`` result from a bundle's recorded runs (the locator is
-    replayed over them with today's thresholds), and a summary per group for the report."""
-    root = bundle / BUNDLE_DIR
+    replayed over them with today's thresholds), and a summary per group for the report.
+
+    Read like every file of a bundle (never through a link, bounded): a group whose folder or
+    meta.json cannot be read or is not the shape gpuctl writes is UNKNOWN for the GPU nodes of
+    that node group; one whose judging raises fails them, the other groups are judged."""
     results: list[CheckResult] = []
     summary: dict[str, Any] = {}
-    if not root.is_dir():
+    root = bundle / BUNDLE_DIR
+    try:
+        mode = os.lstat(root).st_mode
+    except (FileNotFoundError, NotADirectoryError):
         return results, summary
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    if not stat.S_ISDIR(mode):
+        return results, summary  # a link or a file: no run is read (due runs are UNKNOWN)
+    for name in sorted(e.name for e in os.scandir(root) if not e.name.startswith(".")):
+        members = [n for n, e in exps.items() if e.group == name and e.gpu_count]
+        rel = f"{BUNDLE_DIR}/{name}/{META_FILE}"
+        problem: str | None = None
+        meta: Any = None
         try:
-            meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            meta = read_bundle_json(bundle, rel)
+        except FileNotFoundError:
+            problem = f"{rel} is missing"
+        except BundleFileError as exc:
+            problem = str(exc)
+        if problem is None:
+            problem = _meta_problem(meta, rel)
+        if problem is not None:
+            results += [_unknown(n, f"not judged: {problem}") for n in members]
             continue
-        if not isinstance(meta, dict):
+        try:
+            got, info = judge_group(root / name, meta, exps, options)
+        except Exception as exc:  # one group's bad record never stops the others
+            listed = [n for n in meta.get("nodes") or [] if isinstance(n, str) and n in exps]
+            results += [not_judged(n, exc, CHECK) for n in listed or members]
             continue
-        got, info = judge_group(folder, meta, exps, options)
         results += got
-        summary[folder.name] = info
+        summary[name] = info
     return results, summary
+
+
+def _unknown(node: str, message: str) -> CheckResult:
+    return CheckResult(check=CHECK, node=node, verdict=Verdict.UNKNOWN, message=message)
+
+
+def _meta_problem(meta: Any, rel: str) -> str | None:
+    """Why a group's meta.json is not the shape the collector writes, or None."""
+    if not isinstance(meta, dict):
+        return f"{rel}: not a JSON object"
+    nodes = meta.get("nodes", [])
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+        return f"{rel}: nodes is not a list of node names"
+    excluded = meta.get("excluded", {})
+    if excluded is not None and not isinstance(excluded, dict):
+        return f"{rel}: excluded is not an object"
+    runs = meta.get("runs", [])
+    if runs is not None and not isinstance(runs, list):
+        return f"{rel}: runs is not a list"
+    return None
+
+
+_EXCLUDED_VERDICTS = (Verdict.WARN, Verdict.UNKNOWN)  # what collect_group writes
 
 
 def judge_group(
@@ -632,30 +709,33 @@ def judge_group(
     excluded: dict[str, Any] = dict(meta.get("excluded") or {})
     results: list[CheckResult] = []
     for node, why in excluded.items():
-        if node not in exps or not isinstance(why, dict):
+        if node not in exps or node in nodes:
             continue
-        results.append(
-            CheckResult(
-                check=CHECK,
-                node=node,
-                verdict=Verdict(str(why.get("verdict") or "unknown")),
-                message=str(why.get("message") or "not measured"),
-            )
-        )
+        verdict, message = Verdict.UNKNOWN, "not measured: its exclusion record is not readable"
+        if isinstance(why, dict):
+            said = why.get("verdict")
+            listed = {v.value: v for v in _EXCLUDED_VERDICTS}
+            if isinstance(said, str) and said in listed:
+                verdict = listed[said]
+                message = _text(why.get("message"), "not measured")
+            else:  # an exclusion never passes a node
+                message = f"not measured: the exclusion record says {short(said, 80)}"
+        results.append(CheckResult(check=CHECK, node=node, verdict=verdict, message=message))
     info: dict[str, Any] = {"nodes": nodes, "excluded": sorted(excluded)}
     if not nodes:
         return results, info
     if meta.get("error"):
+        error = _text(meta["error"], "the recorded error is not a string")
         for node in nodes:
             results.append(
                 CheckResult(
                     check=CHECK,
                     node=node,
                     verdict=Verdict.UNKNOWN,
-                    message=f"not measured: {meta['error']}",
+                    message=f"not measured: {error}",
                 )
             )
-        info["error"] = meta["error"]
+        info["error"] = error
         return results, info
     threshold, source = threshold_for(exps[nodes[0]])
     recorded = read_runs(folder, meta)

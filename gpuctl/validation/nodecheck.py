@@ -37,6 +37,7 @@ from gpuctl import __version__
 from gpuctl.config import load_cluster
 from gpuctl.config.model import Cluster
 from gpuctl.errors import UsageError
+from gpuctl.fileio import write_atomic
 from gpuctl.validation.collect import (
     BUNDLE_FILE,
     RESULTS_FILE,
@@ -45,7 +46,6 @@ from gpuctl.validation.collect import (
     _check_out,
     _NodeState,
     with_level,
-    write_atomic,
 )
 from gpuctl.validation.expect import expectations
 from gpuctl.validation.probes import KILL_AFTER_S, Probe, probes_for

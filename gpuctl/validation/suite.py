@@ -5,21 +5,34 @@ A bundle directory holds one folder per node with one file per probe (``<kind>.t
 false, "error": null}}}``. ib_write_bw client outputs are ``perftest-<hca>.txt``. A node whose
 folder is missing, or that could not be reached (``"unreachable": "reason"`` in meta.json), is a
 failed node with that reason, never skipped.
+
+A bundle may come from someone else: every file of it is read with
+:func:`gpuctl.fileio.read_inside` (never through a link, never anything but a regular file
+inside the bundle, at most so many bytes). What cannot be read, or is not the shape gpuctl
+writes, is UNKNOWN with the reason, never taken as a success: a node folder or meta.json that
+cannot be read (or a missing meta.json: how the probes ended is not recorded) makes the node
+UNKNOWN (``node.bundle``), a refused output or probe record makes that probe UNKNOWN. A node
+whose judging raises anyway fails alone (``node.judged``); the other nodes are judged.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import os
+import re
+import stat
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from gpuctl.config.model import Cluster
+from gpuctl.fileio import UnsafePath, read_inside
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.judges import (
     NODE_JUDGES,
@@ -31,6 +44,107 @@ from gpuctl.validation.judges import (
 )
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 
+META_FILE = "meta.json"
+MISSING = "missing from the bundle"
+_MIB = 1024 * 1024
+# The collector keeps at most 64 MiB of a probe's output (one read more before it cuts it off):
+# anything larger was not written by it and is not read.
+OUTPUT_LIMIT = 65 * _MIB
+META_LIMIT = 16 * _MIB  # meta.json, bundle.json: stderr tails and pair lists, far below this
+# A probe kind names a file of the node folder: nothing with a path separator or a leading dot
+_KIND = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# The collection time ends the Xid window: a clock this far ahead of this machine's is skew,
+# further is not a collection time; nor is one before gpuctl's bundle format existed.
+CLOCK_SKEW = timedelta(minutes=5)
+OLDEST_COLLECTION = datetime(2020, 1, 1, tzinfo=UTC)
+# Worker processes judge a cluster only when it has more nodes than this.
+POOL_MIN_NODES = 64
+
+
+# ------------------------------------------------------------------------------------------
+# Reading a bundle: never through a link, never more than so many bytes
+
+
+class BundleFileError(Exception):
+    """A file of a bundle that is not read or not understood; the message says why."""
+
+
+def read_bundle_file(root: Path, rel: str | Path, limit: int) -> bytes | None:
+    """The bytes of the regular file ``root/rel`` (None when absent); BundleFileError for a
+    link, something that is not a regular file, a path out of ``root`` or more than ``limit``
+    bytes."""
+    try:
+        data = read_inside(root, rel, limit=limit + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except UnsafePath as exc:
+        raise BundleFileError(f"{exc}: not read") from None
+    except OSError as exc:
+        raise BundleFileError(f"{rel}: cannot be read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise BundleFileError(f"{rel}: larger than {limit // _MIB} MiB: not read")
+    return data
+
+
+def read_bundle_json(root: Path, rel: str | Path, limit: int = META_LIMIT) -> Any:
+    """The JSON value of ``root/rel``; FileNotFoundError when absent, BundleFileError when it
+    cannot be read or is not JSON (not UTF-8, nested too deep, ...)."""
+    data = read_bundle_file(root, rel, limit)
+    if data is None:
+        raise FileNotFoundError(str(rel))
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BundleFileError(f"{rel}: not UTF-8") from None
+    except RecursionError:
+        raise BundleFileError(f"{rel}: nested too deep") from None
+    except ValueError as exc:
+        raise BundleFileError(f"{rel}: not JSON ({exc})") from None
+
+
+def short(value: object, limit: int = 200) -> str:
+    """A value from a bundle in a message: a string as it is, anything else as JSON; cut."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, default=str)
+        except (ValueError, RecursionError):
+            text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def collection_time(
+    header: Mapping[str, Any], clock: datetime | None = None
+) -> tuple[datetime | None, str | None]:
+    """When a bundle was collected (bundle.json's ``collected_at``), or why that is not known.
+
+    Only a time stamp with a time zone, not before 2020 and not ahead of this machine's clock
+    (``clock``, default now) by more than :data:`CLOCK_SKEW` is trusted: the Xid window ends at
+    it, and an implausible one would hide events (or place the window nowhere)."""
+    if not header:
+        return None, "the bundle has no bundle.json: when it was collected is not recorded"
+    stamp = header.get("collected_at")
+    if stamp is None:
+        return None, "bundle.json does not say when the bundle was collected (collected_at)"
+    if not isinstance(stamp, str):
+        return None, f"collected_at {short(stamp, 40)} is not a time stamp"
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None, f"collected_at {short(stamp, 40)!r} is not an ISO 8601 time"
+    if when.tzinfo is None or when.utcoffset() is None:
+        return None, f"collected_at {stamp} has no time zone"
+    now = clock or datetime.now(UTC)
+    if when > now + CLOCK_SKEW:
+        return None, (
+            f"collected_at {stamp} is in the future (this machine's clock says "
+            f"{now.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ})"
+        )
+    if when < OLDEST_COLLECTION:
+        return None, f"collected_at {stamp} is before 2020: not a plausible collection time"
+    return when, None
+
 
 @dataclass(frozen=True, slots=True)
 class NodeBundle:
@@ -38,39 +152,91 @@ class NodeBundle:
     outputs: dict[str, ProbeOutput] = field(default_factory=dict)
     ib_write_bw: dict[str, ProbeOutput] = field(default_factory=dict)
     unreachable: str | None = None
+    problem: str | None = None  # the node folder or its meta.json cannot be read: UNKNOWN
+
+
+def _probe_record(kind: str, info: Any) -> tuple[int | None, bool, str | None]:
+    """rc, timed_out and error of one meta.json probe record; a record of the wrong shape is
+    an error (the probe is UNKNOWN), never a success."""
+    where = f"meta.json: probes.{kind}"
+    if not isinstance(info, dict):
+        return None, False, f"{where} is not an object"
+    rc = info.get("rc", 0)
+    if rc is not None and (isinstance(rc, bool) or not isinstance(rc, int)):
+        return None, False, f"{where}.rc is not an exit status ({short(rc, 40)})"
+    timed_out = info.get("timed_out", False)
+    if not isinstance(timed_out, bool):
+        return None, False, f"{where}.timed_out is not true or false"
+    error = info.get("error")
+    if error is not None and not isinstance(error, str):
+        return None, False, f"{where}.error is not a string"
+    return rc, timed_out, error
+
+
+def read_node_meta(root: Path, name: str) -> tuple[dict[str, Any] | None, str | None]:
+    """``root/name/meta.json`` as an object, or why it cannot be used."""
+    rel = f"{name}/{META_FILE}"
+    try:
+        meta = read_bundle_json(root, rel)
+    except FileNotFoundError:
+        return None, f"{rel} is missing: how its probes ended is not recorded"
+    except BundleFileError as exc:
+        return None, str(exc)
+    if not isinstance(meta, dict):
+        return None, f"{rel}: not a JSON object"
+    return meta, None
 
 
 def load_node_bundle(node: str, folder: Path) -> NodeBundle:
-    if not folder.is_dir():
-        return NodeBundle(node, unreachable="no outputs were collected")
-    meta: dict[str, Any] = {}
-    meta_file = folder / "meta.json"
-    if meta_file.is_file():
-        try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            return NodeBundle(node, unreachable=f"unreadable meta.json: {exc}")
+    """One node's folder of a bundle (``folder`` = ``<bundle>/<node>``), read safely."""
+    root, name = folder.parent, folder.name
+    try:
+        mode = os.lstat(folder).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return NodeBundle(node, unreachable=MISSING)
+    except OSError as exc:
+        return NodeBundle(node, problem=f"{name}: cannot be read: {exc.strerror or exc}")
+    if stat.S_ISLNK(mode):
+        return NodeBundle(node, problem=f"{name}: a symlink (never followed in a bundle): not read")
+    if not stat.S_ISDIR(mode):
+        return NodeBundle(node, problem=f"{name}: not a folder")
+    meta, problem = read_node_meta(root, name)
+    if meta is None:
+        return NodeBundle(node, problem=problem)
     if meta.get("unreachable"):
-        return NodeBundle(node, unreachable=str(meta["unreachable"]))
-    probes: dict[str, Any] = meta.get("probes") or {}
+        return NodeBundle(node, unreachable=short(meta["unreachable"], 500))
+    probes = meta.get("probes", {})
+    if probes is None:
+        probes = {}
+    if not isinstance(probes, dict):
+        return NodeBundle(node, problem=f"{name}/{META_FILE}: probes is not an object")
+    try:
+        files = {e.name[:-4] for e in os.scandir(folder) if e.name.endswith(".txt")}
+    except OSError as exc:
+        return NodeBundle(node, problem=f"{name}: cannot be listed: {exc.strerror or exc}")
     outputs: dict[str, ProbeOutput] = {}
     per_hca: dict[str, ProbeOutput] = {}
-    for name in sorted({p.stem for p in folder.glob("*.txt")} | set(probes)):
-        info = probes.get(name) or {}
-        path = folder / f"{name}.txt"
-        text = path.read_bytes().decode("utf-8", errors="replace") if path.is_file() else None
-        hca = name.removeprefix("perftest-") if name.startswith("perftest-") else None
+    for kind in sorted(k for k in files | set(probes) if _KIND.fullmatch(k)):
+        hca = kind.removeprefix("perftest-") if kind.startswith("perftest-") else None
+        rc, timed_out, error = _probe_record(kind, probes.get(kind, {}))
+        text: str | None = None
+        try:
+            data = read_bundle_file(root, f"{name}/{kind}.txt", OUTPUT_LIMIT)
+        except BundleFileError as exc:
+            rc, timed_out, error = None, False, str(exc)
+        else:
+            text = data.decode("utf-8", errors="replace") if data is not None else None
         out = ProbeOutput(
-            kind="perftest" if hca else name,
+            kind="perftest" if hca else kind,
             text=text,
-            rc=info.get("rc", 0),
-            timed_out=bool(info.get("timed_out", False)),
-            error=info.get("error"),
+            rc=rc,
+            timed_out=timed_out,
+            error=error,
         )
         if hca:
             per_hca[hca] = out
         else:
-            outputs[name] = out
+            outputs[kind] = out
     return NodeBundle(node, outputs, per_hca)
 
 
@@ -78,11 +244,47 @@ def load_bundle(directory: Path, node_names: list[str]) -> dict[str, NodeBundle]
     return {n: load_node_bundle(n, directory / n) for n in node_names}
 
 
+def _without_window(
+    exp: NodeExpectation, results: list[CheckResult], problem: str
+) -> list[CheckResult]:
+    """judge_xid's results over the whole log when no collection time can be trusted: its
+    findings stand (every event counts), an OK does not (the window cannot be placed)."""
+    if all(r.verdict is Verdict.UNKNOWN for r in results):
+        return results  # the log itself could not be judged: those UNKNOWNs say why
+    kept = [r for r in results if not (r.check == "xid" and r.verdict is Verdict.OK)]
+    return [
+        *kept,
+        CheckResult(
+            check="xid.window",
+            node=exp.node,
+            verdict=Verdict.UNKNOWN,
+            message=f"the Xid window cannot be placed: {problem}; every Xid event in the "
+            "log counts",
+        ),
+    ]
+
+
 def judge_node(
-    exp: NodeExpectation, bundle: NodeBundle, now: datetime | None = None, *, pairs: bool = True
+    exp: NodeExpectation,
+    bundle: NodeBundle,
+    now: datetime | None = None,
+    *,
+    pairs: bool = True,
+    clock_problem: str | None = None,
 ) -> list[CheckResult]:
     """Every check of one node. ``pairs=False`` leaves out ib_write_bw, which needs a second
-    node (`gpuctl node-check` checks a node alone)."""
+    node (`gpuctl node-check` checks a node alone). ``now`` ends the Xid window;
+    ``clock_problem`` says why no collection time can be trusted (the Xid check is then judged
+    over the whole log and cannot be OK)."""
+    if bundle.problem is not None:
+        return [
+            CheckResult(
+                check="node.bundle",
+                node=exp.node,
+                verdict=Verdict.UNKNOWN,
+                message=f"not judged: {bundle.problem}",
+            )
+        ]
     if bundle.unreachable is not None:
         return [
             CheckResult(
@@ -99,12 +301,25 @@ def judge_node(
     ]
     for judge in NODE_JUDGES:
         if judge is judge_xid:
-            results += judge_xid(exp, bundle.outputs, now)
+            found = judge_xid(exp, bundle.outputs, None if clock_problem else now)
+            if clock_problem is not None and found:
+                found = _without_window(exp, found, clock_problem)
+            results += found
         else:
             results += judge(exp, bundle.outputs)
     if pairs and exp.nics and exp.level != "quick":
         results += judge_ib_write_bw(exp, bundle.ib_write_bw)
     return results
+
+
+def not_judged(node: str, exc: BaseException, check: str = "node.judged") -> CheckResult:
+    """The result of a node whose judging raised: it fails (never passes by a crash)."""
+    return CheckResult(
+        check=check,
+        node=node,
+        verdict=Verdict.FAIL,
+        message=f"could not be judged: {type(exc).__name__}: {short(str(exc), 300)}",
+    )
 
 
 def _chart_data(exp: NodeExpectation, bundle: NodeBundle) -> dict[str, Any]:
@@ -130,14 +345,31 @@ def _chart_data(exp: NodeExpectation, bundle: NodeBundle) -> dict[str, Any]:
     return extra
 
 
-def _judge_one(
-    item: tuple[NodeExpectation, NodeBundle | Path, bool, datetime | None],
-) -> tuple[list[CheckResult], dict[str, Any]]:
-    exp, source, charts, now = item
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One node to judge (picklable: sent to a worker process)."""
+
+    exp: NodeExpectation
+    source: NodeBundle | Path
+    charts: bool
+    now: datetime | None
+    clock_problem: str | None = None
+
+
+def _judge_one(item: _Item) -> tuple[list[CheckResult], dict[str, Any]]:
+    try:
+        return _judge_item(item)
+    except Exception as exc:  # one node's bad output never stops the others
+        return [not_judged(item.exp.node, exc)], {}
+
+
+def _judge_item(item: _Item) -> tuple[list[CheckResult], dict[str, Any]]:
+    exp, source = item.exp, item.source
     # a worker reads its node's folder itself: no bundle text crosses process boundaries
     bundle = load_node_bundle(exp.node, source) if isinstance(source, Path) else source
-    results = judge_node(exp, bundle, now)
-    extra = _chart_data(exp, bundle) if charts and bundle.unreachable is None else {}
+    results = judge_node(exp, bundle, item.now, clock_problem=item.clock_problem)
+    judged = bundle.unreachable is None and bundle.problem is None
+    extra = _chart_data(exp, bundle) if item.charts and judged else {}
     bw = {
         r.subject: float(r.measured)
         for r in results
@@ -180,36 +412,43 @@ def judge_cluster(
     level: str | None = None,
     unknown_fails: bool | None = None,
     now: datetime | None = None,
+    clock_problem: str | None = None,
     generated_at: str | None = None,
     charts: bool = True,
     jobs: int = 1,
 ) -> ValidationReport:
-    """Judge every node (``jobs`` worker processes for large clusters) and the fleet."""
+    """Judge every node (``jobs`` worker processes for large clusters) and the fleet. A node
+    whose judging raises fails with the reason; the others are judged as usual."""
     exps = expectations(cluster)
-    items: list[tuple[NodeExpectation, NodeBundle | Path, bool, datetime | None]] = [
-        (
+    items = [
+        _Item(
             exp,
             bundles / node
             if isinstance(bundles, Path)
-            else bundles.get(node) or NodeBundle(node, unreachable="no outputs were collected"),
+            else bundles.get(node) or NodeBundle(node, unreachable=MISSING),
             charts,
             now,
+            clock_problem,
         )
         for node, exp in exps.items()
     ]
     with fewer_gc_passes():
-        if jobs > 1 and len(items) > 64:
+        judged: list[tuple[list[CheckResult], dict[str, Any]]] | None = None
+        if jobs > 1 and len(items) > POOL_MIN_NODES:
             chunk = max(1, len(items) // (jobs * 8))
-            with ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init) as pool:
-                judged = list(pool.map(_judge_one, items, chunksize=chunk))
-        else:
+            try:
+                with ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init) as pool:
+                    judged = list(pool.map(_judge_one, items, chunksize=chunk))
+            except BrokenProcessPool:
+                judged = None  # a worker died: judge here, node by node
+        if judged is None:
             judged = [_judge_one(item) for item in items]
     per_node: dict[str, list[CheckResult]] = {}
     extra: dict[str, Any] = {}
-    for (exp, _, _, _), (results, parts) in zip(items, judged, strict=True):
-        per_node[exp.node] = results
+    for item, (results, parts) in zip(items, judged, strict=True):
+        per_node[item.exp.node] = results
         for key, value in parts.items():
-            extra.setdefault(key, {})[exp.node] = value
+            extra.setdefault(key, {})[item.exp.node] = value
     if unknown_fails is None:
         unknown_fails = cluster.validation.unknown_is_failure
     fraction = cluster.validation.thresholds.fleet_relative_min or 0.95

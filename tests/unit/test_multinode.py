@@ -593,6 +593,25 @@ def test_a_node_left_alone_is_not_measured_with_a_warning(cluster_yml: Path) -> 
     assert "Slurm state DOWN" in found["gpu003"][1]
 
 
+def test_a_long_bundle_without_its_multinode_runs_is_unknown_not_passed(
+    cluster_yml: Path,
+) -> None:
+    import shutil
+
+    per_gpu(cluster_yml)
+    res, _ = run_long(cluster_yml, SlurmSim())
+    assert not res.failed
+    shutil.rmtree(res.bundle / mn.BUNDLE_DIR)  # a bundle someone trimmed
+    again = judge_bundle(cluster_yml, res.bundle)
+    found = nccl_multinode(again.report)
+    assert {v for v, _ in found.values()} == {Verdict.UNKNOWN}
+    assert set(found) == {"gpu001", "gpu002", "gpu003"}
+    assert found["gpu001"][1] == (
+        "not measured: the bundle holds no multi-node run of group gpu with gpu001 (level long)"
+    )
+    assert again.failed_nodes == ["gpu001", "gpu002", "gpu003"]
+
+
 def test_a_stopped_collection_is_judged_unknown(cluster_yml: Path, tmp_path: Path) -> None:
     exps = expectations(load_cluster(cluster_yml))
 

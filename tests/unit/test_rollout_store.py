@@ -260,6 +260,21 @@ def test_unreadable_states_are_rollout_errors_naming_the_file(tmp_path: Path) ->
         store.load()
 
 
+def test_unreadable_state_files_are_environment_problems_exit_2(tmp_path: Path) -> None:
+    from gpuctl.errors import EnvironmentProblem
+    from gpuctl.rollout.store import StateFileError
+
+    store, _ = created(tmp_path)
+    store.state_path.write_bytes(b"\xff")
+    with pytest.raises(StateFileError, match="not UTF-8") as caught:
+        store.load()
+    assert isinstance(caught.value, EnvironmentProblem)  # the CLI: one line, exit 2
+    assert isinstance(caught.value, RolloutError)
+    store.audit_path.write_bytes(b'{"event": "x", "node": 5}\n')
+    with pytest.raises(StateFileError, match=r"audit\.jsonl:1: not an audit line \(node is"):
+        store.read_audit()
+
+
 def test_new_rollout_names_it_by_time_and_component_and_points_current_at_it(
     tmp_path: Path,
 ) -> None:
