@@ -15,6 +15,7 @@ from gpuctl.config import load_cluster
 from gpuctl.config.derived import ClusterSummary, summarize
 from gpuctl.config.schema import json_schema
 from gpuctl.errors import ConfigError, Problem, UsageError
+from gpuctl.fileio import write_atomic
 from gpuctl.render import render_cluster
 from gpuctl.starter import PROFILES, starter
 
@@ -65,7 +66,7 @@ def init(
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
     try:
-        output.write_text(text, encoding="utf-8")
+        write_atomic(output, text)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror}") from None
     err_console().print(
@@ -158,7 +159,7 @@ def schema(
         typer.echo(text, nl=False)
         return
     try:
-        output.write_text(text, encoding="utf-8")
+        write_atomic(output, text)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror}") from None
 

@@ -26,6 +26,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 from gpuctl.config import load_cluster
 from gpuctl.config.derived import split_top_level
 from gpuctl.errors import EnvironmentProblem, UsageError
+from gpuctl.fileio import write_atomic
 from gpuctl.provision.runs import (
     HostOutcome,
     HostState,
@@ -400,8 +401,4 @@ def _scrub_command_file(path: Path, envvars: dict[str, str]) -> None:
         k: (v if (k in envvars or _KEPT_ENV.match(k)) else "(not kept by gpuctl)")
         for k, v in env.items()
     }
-    tmp = path.with_name(".command.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data), mode=0o600)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuctl.errors import UsageError
+from gpuctl.fileio import write_atomic
 
 RECORD = "run.json"
 HostState = Literal["ok", "changed", "failed", "unreachable", "incomplete"]
@@ -92,9 +93,7 @@ def new_run_id(runs: Path) -> str:
 
 def write_record(run_dir: Path, record: RunRecord) -> None:
     """Replace run.json atomically (a reader never sees half a file)."""
-    tmp = run_dir / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(record.to_json(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, run_dir / RECORD)
+    write_atomic(run_dir / RECORD, json.dumps(record.to_json(), indent=2) + "\n", mode=0o600)
 
 
 def _alive(pid: int) -> bool:

@@ -48,11 +48,14 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 from gpuctl.rollout.backend import BackendError, Versions
+from gpuctl.validation.numbers import json_loads, to_float
 
 SERVICE_ROOT: Final = "/redfish/v1"
 _MAX_BODY = 16 << 20  # no Redfish resource gpuctl reads is anywhere near this
 _CHUNK = 1 << 20
 _NOT_JSON = object()
+# longest Retry-After honoured: a BMC that asks for more (or for inf) is polled at this interval
+MAX_RETRY_AFTER_S = 300.0
 TERMINAL_TASK_STATES: Final = frozenset({"Completed", "Exception", "Killed", "Cancelled"})
 FAILED_TASK_STATES: Final = frozenset({"Exception", "Killed", "Cancelled"})
 
@@ -284,8 +287,8 @@ class RedfishClient:
         decoded: Any = None
         if raw.strip():
             try:
-                decoded = json.loads(raw)
-            except ValueError:
+                decoded = json_loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+            except (ValueError, RecursionError):
                 decoded = _NOT_JSON
             if decoded is _NOT_JSON:
                 raise self._error(RedfishProtocolError, f"{what}: answer is not JSON")
@@ -336,10 +339,10 @@ class RedfishClient:
 def _seconds(value: str | None) -> float | None:
     if value is None:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date: ignored, the caller's interval applies
+    seconds = to_float(value.strip())
+    if seconds is None:
+        return None  # an HTTP date (or nan, inf, 1e400): ignored, the caller's interval applies
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_S)
 
 
 def _ssl_reason(exc: ssl.SSLError) -> str:
@@ -353,8 +356,8 @@ def _error_detail(exc: urllib.error.HTTPError) -> str:
     ``error.message``, DSP0266 "Error responses"), empty when there is none."""
     try:
         raw = exc.read(1 << 16)
-        data = json.loads(raw) if raw else None
-    except (OSError, ValueError):
+        data = json_loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw) if raw else None
+    except (OSError, ValueError, RecursionError):
         return ""
     if not isinstance(data, dict) or not isinstance(data.get("error"), dict):
         return ""
