@@ -27,6 +27,43 @@ class UnsafePath(OSError):
     """A path that leaves its folder, goes through a symlink or is not a regular file."""
 
 
+class TooLarge(OSError):
+    """A file larger than its reader's limit (refused before it is read)."""
+
+
+def read_regular(path: Path, *, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` of at most ``limit`` bytes. A device, a FIFO or a
+    socket (``/dev/zero``) raises UnsafePath and a larger file TooLarge, both before anything
+    is read; a directory raises IsADirectoryError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath(f"{path}: not a regular file (a device, a pipe or a socket)")
+        if st.st_size > limit:
+            raise TooLarge(f"{path}: larger than {limit} bytes")
+        data = _read_up_to(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # grew while being read
+        raise TooLarge(f"{path}: larger than {limit} bytes")
+    return data
+
+
+def _read_up_to(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -97,14 +134,6 @@ def read_inside(root: Path, rel: str | Path, *, limit: int) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafePath(f"{rel}: not a regular file")
-        chunks: list[bytes] = []
-        left = limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return _read_up_to(fd, limit)
     finally:
         os.close(fd)

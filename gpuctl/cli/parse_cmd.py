@@ -11,6 +11,7 @@ import typer
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import print_json
 from gpuctl.errors import UsageError
+from gpuctl.fileio import TooLarge, UnsafePath, read_regular
 from gpuctl.validation.parsing import parse, registry
 
 
@@ -64,9 +65,20 @@ def parse_cmd(
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
+# a tool's output saved to a file; nothing gpuctl parses is near this
+MAX_INPUT = 64 * 1024 * 1024
+
+
 def _read(file: str) -> str:
     try:
-        raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+        if file == "-":
+            raw = sys.stdin.buffer.read(MAX_INPUT + 1)
+            if len(raw) > MAX_INPUT:
+                raise TooLarge(f"standard input: larger than {MAX_INPUT} bytes")
+        else:
+            raw = read_regular(Path(file), limit=MAX_INPUT)
+    except (UnsafePath, TooLarge) as exc:
+        raise UsageError(f"cannot read {file}: {exc}") from None
     except OSError as exc:
         raise UsageError(f"cannot read {file}: {exc.strerror}") from None
     return raw.decode("utf-8", errors="replace")

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import codecs
 import difflib
-import errno
-import os
 import reprlib
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +17,7 @@ from pydantic_core import ErrorDetails
 from gpuctl.config.model import Cluster
 from gpuctl.config.rules import Loc, RuleViolations, loc_to_str
 from gpuctl.errors import ConfigError, Problem
+from gpuctl.fileio import TooLarge, UnsafePath, read_regular
 
 try:  # the C loader is several times faster on big files; same behaviour
     from yaml import CSafeLoader as _BaseLoader
@@ -212,24 +210,14 @@ def load_cluster(path: Path | str) -> Cluster:
 def read_bounded(path: Path, limit: int = MAX_BYTES) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes; a device, a FIFO or a larger
     file is refused before it is read (``gpuctl check /dev/zero`` never reads forever)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(
-                [Problem("not a regular file (a device, a pipe or a socket)", file=str(path))]
-            )
-        if st.st_size > limit:
-            raise ConfigError([_too_large(str(path), limit)])
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            data = fh.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:  # grew while being read
-        raise ConfigError([_too_large(str(path), limit)])
-    return data
+        return read_regular(path, limit=limit)
+    except UnsafePath:
+        raise ConfigError(
+            [Problem("not a regular file (a device, a pipe or a socket)", file=str(path))]
+        ) from None
+    except TooLarge:
+        raise ConfigError([_too_large(str(path), limit)]) from None
 
 
 def _too_large(source: str, limit: int) -> Problem:

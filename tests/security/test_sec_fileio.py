@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.fileio import UnsafePath, read_inside, write_atomic
+from gpuctl.fileio import TooLarge, UnsafePath, read_inside, read_regular, write_atomic
 
 
 def test_planted_symlink_at_target_is_replaced_not_followed(tmp_path: Path) -> None:
@@ -56,3 +56,26 @@ def test_read_inside_refuses_links_and_escapes(tmp_path: Path) -> None:
             read_inside(root, rel, limit=100)
     with pytest.raises(FileNotFoundError):
         read_inside(root, "n1/missing.txt", limit=100)
+
+
+def test_read_regular_refuses_devices_and_large_files_before_reading(tmp_path: Path) -> None:
+    with pytest.raises(UnsafePath):
+        read_regular(Path("/dev/zero"), limit=10)
+    big = tmp_path / "big"
+    with big.open("wb") as fh:
+        fh.truncate(1 << 30)  # sparse
+    with pytest.raises(TooLarge):
+        read_regular(big, limit=1 << 20)
+    small = tmp_path / "small"
+    small.write_bytes(b"abc")
+    assert read_regular(small, limit=3) == b"abc"
+
+
+def test_gpuctl_parse_refuses_a_device() -> None:
+    from typer.testing import CliRunner
+
+    from gpuctl.cli.app import app
+
+    res = CliRunner().invoke(app, ["parse", "nccl", "/dev/zero"])
+    assert res.exit_code == 2, res.output
+    assert "not a regular file" in res.output
