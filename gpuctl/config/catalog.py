@@ -1,7 +1,9 @@
-"""Typed access to the hardware catalog in ``gpuctl/data`` (GPU models, fabric rates, health)."""
+"""Typed access to the hardware catalog in ``gpuctl/data`` (GPU models, fabric rates, health,
+physical limits)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -26,6 +28,8 @@ class GpuSpec:
     min_driver: str | None
     thresholds: dict[str, float | None]
     sources: tuple[str, ...]
+    nvlink_gbs: float | None = None  # NVLink bandwidth per GPU, both directions (datasheet)
+    nvlink_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,8 @@ def gpu_specs() -> dict[str, GpuSpec]:
             min_driver=None if v["min_driver"] is None else str(v["min_driver"]),
             thresholds=dict(v["thresholds"]),
             sources=tuple(v["sources"]),
+            nvlink_gbs=None if v.get("nvlink_gbs") is None else float(v["nvlink_gbs"]),
+            nvlink_source=None if v.get("nvlink_source") is None else str(v["nvlink_source"]),
         )
         for key, v in raw.items()
     }
@@ -86,3 +92,109 @@ def _rate_spec(v: dict[str, Any]) -> RateSpec:
 @cache
 def health_defaults() -> dict[str, Any]:
     return dict(load_data("health.yml"))
+
+
+# ------------------------------------------------------------------------------------------
+# Physical ceilings: what no measurement of a link can exceed (gpuctl/data/limits.yml)
+
+
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """The most a link can carry, in the unit of the measurement judged against it."""
+
+    value: float
+    what: str  # "NVLink of h100-sxm (both directions)", "the port's line rate"
+    source: str
+
+
+@cache
+def _limits() -> dict[str, Any]:
+    return dict(load_data("limits.yml"))
+
+
+@cache
+def ceiling_tolerance() -> float:
+    """How far above its ceiling a measurement may read before it is a lie (limits.yml)."""
+    return float(_limits()["ceiling_tolerance"])
+
+
+@cache
+def pcie_lane_gbs() -> dict[int, float]:
+    """PCIe throughput per lane and direction, GB/s, by generation (limits.yml)."""
+    return {int(k): float(v) for k, v in _limits()["pcie_lane_gbs"].items()}
+
+
+def pcie_ceiling(gen: int, width: int) -> Ceiling | None:
+    """A PCIe link's bandwidth per direction (host-to-device or device-to-host copies), GB/s;
+    None for a generation limits.yml has no number for."""
+    lane = pcie_lane_gbs().get(gen)
+    if lane is None or width <= 0:
+        return None
+    return Ceiling(
+        round(lane * width, 3),
+        f"PCIe Gen{gen} x{width} (per direction)",
+        "PCI-SIG base specifications (data/limits.yml)",
+    )
+
+
+@cache
+def busbw_ceiling(model: str | None) -> Ceiling | None:
+    """The most a single-node nccl-tests busbw can reach, GB/s: the GPU's NVLink bandwidth, or
+    for a GPU without NVLink its x16 PCIe link, both directions (in-switch reduction, NVLS,
+    lets busbw exceed one direction; no algorithm exceeds both). The model's NVLink counts even
+    where cluster.yml says the GPUs are not bridged: a ceiling must never fail real hardware.
+    An unknown model gets the fastest GPU gpuctl knows."""
+    specs = gpu_specs()
+    spec = specs.get(model) if model is not None else None
+    if spec is None:
+        found = [c for key in specs if (c := busbw_ceiling(key)) is not None]
+        best = max(found, key=lambda c: c.value, default=None)
+        if best is None:
+            return None
+        return Ceiling(best.value, f"the fastest GPU gpuctl knows: {best.what}", best.source)
+    if spec.nvlink_gbs is not None:
+        what = f"NVLink of {spec.key} (both directions)"
+        return Ceiling(spec.nvlink_gbs, what, f"{spec.nvlink_source} (data/gpu_models.yml)")
+    pcie = pcie_ceiling(spec.pcie_gen, 16)
+    if pcie is None:
+        return None
+    what = f"the PCIe Gen{spec.pcie_gen} x16 link of {spec.key} (both directions)"
+    return Ceiling(round(2 * pcie.value, 3), what, pcie.source)
+
+
+@cache
+def fastest_rate(kind: str | None) -> int:
+    """The fastest port rate in fabrics.yml for ``infiniband`` or ``roce`` (None: either)."""
+    ib = [r for spec in ib_rates().values() for r in spec.rates]
+    roce = list(roce_rates().rates)
+    rates = ib if kind == "infiniband" else roce if kind == "roce" else ib + roce
+    return max(rates)
+
+
+def port_ceiling(rate_gbps: float, what: str = "the port's line rate") -> Ceiling:
+    """An RDMA port's line rate, Gb/s: what ib_write_bw can reach in one direction."""
+    return Ceiling(float(rate_gbps), what, "ibstat Rate / fabrics.yml (data/limits.yml)")
+
+
+def multinode_busbw_ceiling(
+    rates_gbps: Sequence[float], gpu_model: str | None = None
+) -> Ceiling | None:
+    """The most a multi-node nccl-tests busbw can reach, GB/s: what the node's NICs carry in
+    both directions (their line rates added up, Gb/s / 8); None without a rate. Given the GPU
+    model, never less than its NVLink (an NVLink domain across nodes, an NVLink Switch system,
+    carries the traffic there)."""
+    rates = [float(r) for r in rates_gbps if r]
+    if not rates:
+        return None
+    each = (
+        f"{len(rates)} x {rates[0]:g}"
+        if len(set(rates)) == 1
+        else "+".join(f"{r:g}" for r in rates)
+    )
+    nics = Ceiling(
+        round(2 * sum(rates) / 8.0, 3),
+        f"the node's NICs ({each} Gb/s, both directions)",
+        "NIC line rates (cluster.yml, data/fabrics.yml); data/limits.yml",
+    )
+    nvlink = busbw_ceiling(gpu_model) if gpu_model is not None else None
+    return nvlink if nvlink is not None and nvlink.value > nics.value else nics

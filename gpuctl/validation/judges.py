@@ -3,22 +3,38 @@
 Fail closed everywhere: a probe that did not run, timed out, exited with an error, or whose
 output was not recognised gives UNKNOWN for what it should have shown, never OK. A value the
 output does not show is never taken as zero.
+
+Numbers no hardware produces never pass (a bundle is text anyone can write): a measurement above
+the physical limit of its link (gpuctl/data/limits.yml, gpu_models.yml, fabrics.yml; plus a
+small tolerance) is FAIL, and so is one that is not a finite number; no other row is judged in
+its place. A GPU or HCA listed twice in one node's evidence is FAIL and counted once. Nothing a
+judge returns holds NaN or infinity.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import statistics
+import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
+from gpuctl.config.catalog import (
+    Ceiling,
+    busbw_ceiling,
+    ceiling_tolerance,
+    fastest_rate,
+    port_ceiling,
+)
 from gpuctl.resources import load_data
-from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.parsing import ParseResult, parse
+from gpuctl.validation.expect import ExpectedNic, NodeExpectation
+from gpuctl.validation.parsing import ParseResult, clean, parse
 from gpuctl.validation.results import CheckResult, Verdict
 
 
@@ -54,7 +70,29 @@ Outputs = Mapping[str, ProbeOutput]
 
 
 def _r(exp: NodeExpectation, check: str, verdict: Verdict, message: str, **kw: Any) -> CheckResult:
+    if kw:
+        verdict, message = _finite_fields(kw, verdict, message)
     return CheckResult(check=check, node=exp.node, verdict=verdict, message=message, **kw)
+
+
+def _finite_fields(kw: dict[str, Any], verdict: Verdict, message: str) -> tuple[Verdict, str]:
+    """The last guard before a result: a non-finite measured/expected/limit becomes None (the
+    verdict no better than UNKNOWN), and so does a measurement whose percentage of the limit
+    would overflow. The judges check their numbers first; this catches what they missed."""
+    for key in _NUMERIC_FIELDS:
+        if key in kw and _not_finite(kw[key]):
+            kw[key] = None
+            message += f"; {key} is not a finite number"
+            if verdict in (Verdict.OK, Verdict.WARN):
+                verdict = Verdict.UNKNOWN
+    if kw.get("limit"):
+        limit, measured = _num(kw["limit"]), _num(kw.get("measured"))
+        if limit and measured is not None and not math.isfinite(100.0 * measured / limit):
+            kw["measured"] = None
+    return verdict, message
+
+
+_NUMERIC_FIELDS = ("measured", "expected", "limit")
 
 
 def _parsed(
@@ -86,10 +124,101 @@ def _parsed(
     return None, [_r(exp, check, Verdict.UNKNOWN, "; ".join(reasons))]
 
 
+_FLOAT_MAX = int(sys.float_info.max)
+
+
 def _num(value: Any) -> float | None:
+    """A finite number as a float; None for anything else (text, None, NaN, infinity, an
+    integer too large for a float)."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
+        return float(value) if -_FLOAT_MAX <= value <= _FLOAT_MAX else None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _not_finite(value: Any) -> bool:
+    """A number that cannot be judged or written to JSON: NaN, infinity, a huge integer."""
+    kind = type(value)
+    if kind is float:
+        return not math.isfinite(value)
+    if kind is int:
+        return not -_FLOAT_MAX <= value <= _FLOAT_MAX
+    if value is None or kind is str or isinstance(value, bool):
+        return False
+    return isinstance(value, int | float) and _num(value) is None
+
+
+def _show(value: Any) -> str:
+    """A number for a message, whatever its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and _num(value) is None:
+        return f"a {value.bit_length()}-bit integer"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{float(value):g}"
+    return repr(value)
+
+
+def implausible(value: Any, ceiling: Ceiling | None, what: str, unit: str) -> str | None:
+    """Why a measured ``value`` cannot have come from the hardware, or None when it can.
+
+    Not a number, NaN or infinity: "not a finite number" (None means the tool's output held no
+    number where one belongs). Above ``ceiling`` plus the tolerance in data/limits.yml, or
+    below zero: the tool, or whatever stands in for it, is lying."""
+    number = _num(value)
+    huge = isinstance(value, int) and not isinstance(value, bool) and number is None
+    if number is None and not huge:
+        shown = "" if value is None else f" ({_show(value)})"
+        return f"{what}{shown} is not a finite number"
+    if number is not None and number < 0:
+        return f"{what} {number:g} {unit} is below zero: no link carries that"
+    if ceiling is None:
+        return None
+    tolerance = ceiling_tolerance()
+    if huge or (number is not None and number > ceiling.value * (1.0 + tolerance)):
+        return (
+            f"{what} {_show(value)} {unit} is above the physical limit of {ceiling.what}, "
+            f"{ceiling.value:g} {unit} (+{tolerance:.0%}): the tool or a stand-in is lying"
+        )
+    return None
+
+
+_ABSENT_IDS = frozenset({"", "n/a", "[n/a]", "none", "unknown", "not supported"})
+
+
+def _id_value(value: Any) -> Any:
+    """A comparable identifier (UUID, bus id, GUID, minor number), or None where the output
+    shows none."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().lower()
+    return None if text in _ABSENT_IDS else text
+
+
+def _first_seen(
+    items: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, str, Callable[[Any], Any]]]
+) -> dict[int, tuple[int, str, Any]]:
+    """Positions of items that repeat an earlier item on any key ->
+    (that item's position, the key's label, the value)."""
+    seen: dict[tuple[str, Any], int] = {}
+    repeats: dict[int, tuple[int, str, Any]] = {}
+    for i, item in enumerate(items):
+        for key, label, norm in keys:
+            value = norm(item.get(key))
+            if value is None:
+                continue
+            first = seen.setdefault((key, value), i)
+            if first != i and i not in repeats:
+                repeats[i] = (first, label, item.get(key))
+    return repeats
 
 
 # ------------------------------------------------------------------------------------------
@@ -115,16 +244,31 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     data = result.data
     out = list(unknown)
     gpus: list[dict[str, Any]] = list(data.get("gpus") or [])
-    if len(gpus) != exp.gpu_count:
-        lost = _lost_gpus(gpus, outputs) if len(gpus) < exp.gpu_count else []
+    repeats = _first_seen(gpus, _GPU_IDS)
+    for i, (first, label, value) in sorted(repeats.items()):
+        out.append(
+            _r(
+                exp,
+                "gpu.duplicate",
+                Verdict.FAIL,
+                f"GPU{gpus[i].get('index', i)} is listed twice: same {label} {value} as "
+                f"GPU{gpus[first].get('index', first)}; counted once",
+                subject=f"GPU{gpus[i].get('index', i)}",
+                expected="each GPU once",
+            )
+        )
+    distinct = [g for i, g in enumerate(gpus) if i not in repeats]
+    twice = f" ({len(repeats)} listed twice, not counted)" if repeats else ""
+    if len(distinct) != exp.gpu_count:
+        lost = _lost_gpus(distinct, outputs) if len(distinct) < exp.gpu_count else []
         out.append(
             _r(
                 exp,
                 "gpu.count",
                 Verdict.FAIL,
-                f"{len(gpus)} GPUs visible, expected {exp.gpu_count}"
+                f"{len(distinct)} GPUs visible, expected {exp.gpu_count}{twice}"
                 + (f"; missing: {', '.join(lost)} (fallen off the bus)" if lost else ""),
-                measured=len(gpus),
+                measured=len(distinct),
                 expected=exp.gpu_count,
             )
         )
@@ -134,8 +278,8 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                 exp,
                 "gpu.count",
                 Verdict.OK,
-                f"{len(gpus)} GPUs",
-                measured=len(gpus),
+                f"{len(distinct)} GPUs",
+                measured=len(distinct),
                 expected=exp.gpu_count,
             )
         )
@@ -171,6 +315,16 @@ def _pci_key(address: Any) -> str | None:
         return f"{int(parts[0], 16):x}:{parts[1]}:{parts[2]}"
     except ValueError:
         return None
+
+
+# What tells two GPUs in one node's nvidia-smi output apart: a second GPU with any of these
+# equal to an earlier one's is the same GPU listed twice.
+_GPU_IDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("uuid", "UUID", _id_value),
+    ("pci_bus_id", "PCI bus id", _pci_key),
+    ("minor_number", "minor number", _id_value),
+    ("index", "index", _id_value),
+)
 
 
 def _lost_gpus(gpus: Sequence[dict[str, Any]], outputs: Outputs) -> list[str]:
@@ -240,7 +394,20 @@ def _judge_one_gpu(
         ("sram_correctable", "sram_correctable_max"),
         ("dram_correctable", "dram_correctable_max"),
     ):
-        value = _num(counters.get(key))
+        raw = counters.get(key)
+        if _not_finite(raw):
+            out.append(
+                _r(
+                    exp,
+                    f"gpu.ecc.{key}",
+                    Verdict.FAIL,
+                    f"{key} ({_show(raw)}) is not a finite number: no counter reads that",
+                    subject=subject,
+                    expected=_num(th.get(limit_key)),
+                )
+            )
+            continue
+        value = _num(raw)
         limit = _num(th.get(limit_key))
         if value is None or limit is None:
             continue
@@ -260,6 +427,21 @@ def _judge_one_gpu(
     # PCIe link: judged against what the link can negotiate, not the spec sheet; the current
     # generation drops at idle (power saving), so only the width and the max generation count
     pcie = gpu.get("pcie") or {}
+    for key, check in (
+        ("width_current", "gpu.pcie.width"),
+        ("width_max", "gpu.pcie.width"),
+        ("gen_max", "gpu.pcie.gen"),
+    ):
+        if _not_finite(pcie.get(key)):
+            out.append(
+                _r(
+                    exp,
+                    check,
+                    Verdict.FAIL,
+                    f"PCIe {key} ({_show(pcie.get(key))}) is not a finite number",
+                    subject=subject,
+                )
+            )
     width, width_max = _num(pcie.get("width_current")), _num(pcie.get("width_max"))
     if width is not None and width_max is not None and width < width_max:
         out.append(
@@ -333,16 +515,34 @@ def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     if result is None:
         return unknown
     data = result.data
-    gpus: list[str] = list(data.get("gpus") or [])
+    listed: list[str] = list(data.get("gpus") or [])
     links: dict[str, dict[str, str]] = data.get("links") or {}
     out = list(unknown)
+    gpus = list(dict.fromkeys(listed))  # a GPU listed twice counts once
+    twice_listed = Counter(listed) if len(gpus) != len(listed) else {}
+    for name in sorted(g for g, n in twice_listed.items() if n > 1):
+        out.append(
+            _r(
+                exp,
+                "gpu.duplicate",
+                Verdict.FAIL,
+                f"{name} is listed twice in nvidia-smi topo -m; counted once",
+                subject=name,
+                expected="each GPU once",
+            )
+        )
     if len(gpus) != exp.gpu_count:
+        twice = (
+            f" ({len(listed) - len(gpus)} listed twice, not counted)"
+            if len(listed) > len(gpus)
+            else ""
+        )
         out.append(
             _r(
                 exp,
                 "topology.gpus",
                 Verdict.FAIL,
-                f"topo -m shows {len(gpus)} GPUs, expected {exp.gpu_count}",
+                f"topo -m shows {len(gpus)} GPUs, expected {exp.gpu_count}{twice}",
                 measured=len(gpus),
                 expected=exp.gpu_count,
             )
@@ -434,28 +634,45 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         for row in rows
         for side in ("out_of_place", "in_place")
     ]
-    bad = [(s, side, w) for s, side, w in wrong if _num(w) is not None and _num(w) != 0]
-    oob = _num(data.get("out_of_bounds"))
-    if bad or (oob is not None and oob > 0):
+    bad = [(s, side, w) for s, side, w in wrong if _not_finite(w) or _num(w) not in (None, 0.0)]
+    raw_oob = data.get("out_of_bounds")
+    oob = _num(raw_oob)
+    if bad or _not_finite(raw_oob) or (oob is not None and oob > 0):
         out.append(
             _r(
                 exp,
                 "nccl.wrong",
                 Verdict.FAIL,
-                f"wrong results: {len(bad)} rows with #wrong > 0, out of bounds "
-                f"{data.get('out_of_bounds')}",
+                f"wrong results: {len(bad)} rows with #wrong > 0 or not a number, out of bounds "
+                f"{_show(raw_oob)}",
                 measured=len(bad) or oob,
                 expected=0,
             )
         )
     elif rows and any(_num(w) is not None for _, _, w in wrong):
         out.append(_r(exp, "nccl.wrong", Verdict.OK, "no wrong results", measured=0, expected=0))
-    threshold = _num(exp.thresholds.get("nccl_all_reduce_busbw_gbs"))
-    peak_rows = [r for r in rows if _num((r.get("out_of_place") or {}).get("busbw")) is not None]
-    if not peak_rows:
+    out += _nccl_ranks(exp, data.get("ranks") or [])
+    ceiling = busbw_ceiling(exp.gpu_model)
+    probe = outputs.get("nccl")
+    lie = nccl_table_lie(rows, ceiling, probe.text if probe is not None else None)
+    if lie is None and not rows:
         out.append(_r(exp, "nccl.busbw", Verdict.UNKNOWN, "no bandwidth rows in the output"))
         return out
-    largest = max(peak_rows, key=lambda r: _num(r.get("size")) or 0.0)
+    if lie is not None:
+        out.append(
+            _r(
+                exp,
+                "nccl.busbw",
+                Verdict.FAIL,
+                lie,
+                unit="GB/s",
+                limit=ceiling.value if ceiling is not None else None,
+                source=ceiling.source if ceiling is not None else None,
+            )
+        )
+        return out
+    threshold = _num(exp.thresholds.get("nccl_all_reduce_busbw_gbs"))
+    largest = max(rows, key=lambda r: _num(r.get("size")) or 0.0)
     busbw = _num((largest.get("out_of_place") or {}).get("busbw"))
     size = largest.get("size")
     if threshold is None:
@@ -487,6 +704,86 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     return out
 
 
+# Result lines as the tools print them (size, count, then a word or a number), counted in the
+# raw text: a line the parser could not read (a NaN, a number too large) is never silently
+# replaced by another row. A prefixed line (srun's "0: ") is not counted: never a false alarm.
+_NCCL_LINE = re.compile(r"^[ \t]*\d+[ \t]+\d+[ \t]+[A-Za-z]\w*[ \t]", re.MULTILINE)
+_PERFTEST_LINE = re.compile(r"^[ \t]*\d+[ \t]+\d+[ \t]+\S", re.MULTILINE)
+
+
+def _unread_lines(text: str | None, pattern: re.Pattern[str], read: int, header: str) -> int:
+    """How many result lines of ``text`` (from its column ``header`` on) the parser did not
+    turn into rows."""
+    if not text:
+        return 0
+    start = text.find(header)
+    return max(0, len(pattern.findall(text, max(start, 0))) - read)
+
+
+def nccl_table_lie(
+    rows: Sequence[Mapping[str, Any]], ceiling: Ceiling | None, text: str | None = None
+) -> str | None:
+    """Why an nccl-tests table cannot be believed, or None: a busbw (either side, any row)
+    that is not a finite number or is above ``ceiling``, or (given the output ``text``) a
+    result line the parser could not read. No other row is judged in place of a bad one.
+    Multi-node runs pass :func:`gpuctl.config.catalog.multinode_busbw_ceiling`."""
+    not_finite: list[str] = []
+    above: tuple[Any, Any] | None = None
+    top = ceiling.value * (1.0 + ceiling_tolerance()) if ceiling is not None else math.inf
+    for row in rows:
+        for side in ("out_of_place", "in_place"):
+            half = row.get(side)
+            if not isinstance(half, Mapping):
+                continue
+            raw = half.get("busbw")
+            value = _num(raw)
+            if value is None and not (isinstance(raw, int) and not isinstance(raw, bool)):
+                not_finite.append(f"{row.get('size')} B ({side.replace('_', '-')})")
+            elif above is None and (value is None or value > top or value < 0):
+                above = (raw, row.get("size"))
+    if not_finite:
+        more = f" and {len(not_finite) - 3} more" if len(not_finite) > 3 else ""
+        return (
+            f"busbw at {', '.join(not_finite[:3])}{more} is not a finite number: nccl-tests "
+            "(or what stands in for it) printed no usable bandwidth there, and no other row is "
+            "judged in its place"
+        )
+    unread = _unread_lines(text, _NCCL_LINE, len(rows), "size")
+    if unread:
+        return (
+            f"{unread} result line(s) of nccl-tests hold a number that is not a finite number "
+            "(nan, inf, too large or unreadable); no other row is judged in their place"
+        )
+    if above is not None:
+        why = implausible(above[0], ceiling, "busbw", "GB/s")
+        return f"{why} (at {above[1]} B)" if why else None
+    return None
+
+
+def _nccl_ranks(exp: NodeExpectation, ranks: Sequence[Mapping[str, Any]]) -> list[CheckResult]:
+    """nccl-tests cannot run on more GPUs of one host than it has."""
+    per_host: dict[str, set[Any]] = {}
+    for i, rank in enumerate(ranks):
+        device = rank.get("device")
+        key = device if device is not None else rank.get("busid") or f"rank {i}"
+        per_host.setdefault(str(rank.get("host")), set()).add(key)
+    out: list[CheckResult] = []
+    for host, devices in sorted(per_host.items()):
+        if len(devices) > exp.gpu_count:
+            out.append(
+                _r(
+                    exp,
+                    "nccl.ranks",
+                    Verdict.FAIL,
+                    f"nccl-tests used {len(devices)} GPUs on {host}; the node has "
+                    f"{exp.gpu_count}: the output is not from this node",
+                    measured=len(devices),
+                    expected=exp.gpu_count,
+                )
+            )
+    return out
+
+
 # ------------------------------------------------------------------------------------------
 # InfiniBand / RoCE ports and bandwidth
 
@@ -499,6 +796,8 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         return unknown
     cas: dict[str, Any] = result.data.get("cas") or {}
     out = list(unknown)
+    probe = outputs.get("ibstat")
+    out += _hcas_listed_twice(exp, cas, probe.text if probe is not None else None)
     for nic in exp.nics:
         ca = cas.get(nic.device)
         if ca is None:
@@ -542,35 +841,7 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
             )
         else:
             out.append(_r(exp, "ib.port.state", Verdict.OK, "Active, LinkUp", subject=subject))
-        rate = _num(port.get("rate"))
-        if nic.rate_gbps is not None:
-            if rate is None:
-                out.append(
-                    _r(
-                        exp,
-                        "ib.port.rate",
-                        Verdict.UNKNOWN,
-                        "rate not shown",
-                        subject=subject,
-                        expected=nic.rate_gbps,
-                        unit="Gb/s",
-                    )
-                )
-            else:
-                ok = rate == nic.rate_gbps
-                out.append(
-                    _r(
-                        exp,
-                        "ib.port.rate",
-                        Verdict.OK if ok else Verdict.FAIL,
-                        f"rate {rate:g} Gb/s, expected {nic.rate_gbps}",
-                        subject=subject,
-                        measured=rate,
-                        expected=nic.rate_gbps,
-                        unit="Gb/s",
-                        limit=float(nic.rate_gbps),
-                    )
-                )
+        out += _judge_port_rate(exp, nic, port.get("rate"), subject)
         layer = port.get("link_layer")
         if layer != nic.link_layer:
             out.append(
@@ -587,13 +858,171 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     return out
 
 
+def _judge_port_rate(
+    exp: NodeExpectation, nic: ExpectedNic, raw: Any, subject: str
+) -> list[CheckResult]:
+    """The port's rate against cluster.yml; a rate no port of its kind runs at is FAIL."""
+    kind = _KIND_NAMES.get(nic.kind, nic.kind)
+    fastest = port_ceiling(fastest_rate(nic.kind), f"the fastest {kind} port gpuctl knows")
+    lie = implausible(raw, fastest, "rate", "Gb/s") if raw is not None else None
+    if lie is not None:
+        return [
+            _r(
+                exp,
+                "ib.port.rate",
+                Verdict.FAIL,
+                lie,
+                subject=subject,
+                expected=nic.rate_gbps,
+                unit="Gb/s",
+                limit=fastest.value,
+                source="data/fabrics.yml",
+            )
+        ]
+    if nic.rate_gbps is None:
+        return []
+    rate = _num(raw)
+    if rate is None:
+        return [
+            _r(
+                exp,
+                "ib.port.rate",
+                Verdict.UNKNOWN,
+                "rate not shown",
+                subject=subject,
+                expected=nic.rate_gbps,
+                unit="Gb/s",
+            )
+        ]
+    ok = rate == nic.rate_gbps
+    return [
+        _r(
+            exp,
+            "ib.port.rate",
+            Verdict.OK if ok else Verdict.FAIL,
+            f"rate {rate:g} Gb/s, expected {nic.rate_gbps}",
+            subject=subject,
+            measured=rate,
+            expected=nic.rate_gbps,
+            unit="Gb/s",
+            limit=float(nic.rate_gbps),
+        )
+    ]
+
+
+_KIND_NAMES = {"infiniband": "InfiniBand", "roce": "RoCE"}
+
+
+def _guid(value: Any) -> str | None:
+    """A GUID to compare; None for none shown or all zeros (Ethernet ports show zeros)."""
+    text = _id_value(value)
+    if not isinstance(text, str):
+        return None
+    try:
+        return None if int(text, 16) == 0 else text
+    except ValueError:
+        return text
+
+
+_CA_HEADER = re.compile(r"^[ \t]*CA[ \t]+'([^']*)'[ \t]*$", re.MULTILINE)
+
+
+def _hcas_listed_twice(
+    exp: NodeExpectation, cas: Mapping[str, Any], text: str | None
+) -> list[CheckResult]:
+    """An HCA whose name ibstat prints twice (the parser keeps one block), or one of the
+    expected HCAs with the node or port GUID of another: the same HCA listed twice."""
+    out: list[CheckResult] = []
+    if text is not None and text.count("CA '") > len(cas):
+        names = Counter(_CA_HEADER.findall(clean(text)))
+        for name in sorted(n for n, k in names.items() if k > 1):
+            out.append(
+                _r(
+                    exp,
+                    "ib.duplicate",
+                    Verdict.FAIL,
+                    f"{name} is listed twice in ibstat ({names[name]} blocks); counted once",
+                    subject=name,
+                    expected="each HCA once",
+                )
+            )
+    expected = [n.device for n in exp.nics if isinstance(cas.get(n.device), Mapping)]
+    items = [
+        {
+            "node_guid": cas[d].get("node_guid"),
+            "port_guid": ((cas[d].get("ports") or {}).get("1") or {}).get("port_guid"),
+        }
+        for d in expected
+    ]
+    keys = (("node_guid", "node GUID", _guid), ("port_guid", "port GUID", _guid))
+    for i, (first, label, value) in sorted(_first_seen(items, keys).items()):
+        out.append(
+            _r(
+                exp,
+                "ib.duplicate",
+                Verdict.FAIL,
+                f"{expected[i]} is listed twice: same {label} {value} as {expected[first]}",
+                subject=expected[i],
+                expected="each HCA once",
+            )
+        )
+    return out
+
+
+def port_rates(outputs: Outputs) -> dict[str, float]:
+    """Port 1's rate per HCA as ibstat reports it (Gb/s), for the ceiling of ib_write_bw;
+    rates no port runs at are left out (the port judge fails them)."""
+    probe = outputs.get("ibstat")
+    if probe is None or probe.failure() is not None:
+        return {}
+    result = probe.parse_as("ibstat")
+    if not result.recognised:
+        return {}
+    top = fastest_rate(None) * (1.0 + ceiling_tolerance())
+    rates: dict[str, float] = {}
+    for name, ca in (result.data.get("cas") or {}).items():
+        port = ((ca or {}).get("ports") or {}).get("1") or {}
+        rate = _num(port.get("rate"))
+        if rate is not None and 0 < rate <= top:
+            rates[name] = rate
+    return rates
+
+
+def _bw_ceiling(
+    nic: ExpectedNic, port_rates: Mapping[str, float] | None, data: Mapping[str, Any]
+) -> Ceiling:
+    """What one ib_write_bw run can reach: the rate ibstat reports for the port, else the
+    configured rate, else the fastest port of its kind; twice that both ways or on two ports."""
+    reported = _num((port_rates or {}).get(nic.device))
+    if reported is not None and reported > 0:
+        ceiling = port_ceiling(reported, "the rate ibstat reports for the port")
+    elif nic.rate_gbps:
+        ceiling = port_ceiling(nic.rate_gbps, "the port's line rate")
+    else:
+        kind = _KIND_NAMES.get(nic.kind, nic.kind)
+        ceiling = port_ceiling(fastest_rate(nic.kind), f"the fastest {kind} port gpuctl knows")
+    settings = data.get("settings") or {}
+    both_ways = "bidirectional" in str(data.get("test") or "").lower()
+    two_ports = str(settings.get("Dual-port") or "").strip().upper() == "ON"
+    if both_ways or two_ports:
+        how = "both directions" if both_ways else "two ports"
+        return dataclasses.replace(
+            ceiling, value=2 * ceiling.value, what=f"{ceiling.what}, x2 ({how})"
+        )
+    return ceiling
+
+
 MB_PER_SEC_TO_GBPS = 1_048_576 * 8 / 1e9  # perftest's MB is 2^20 bytes
 
 
 def judge_ib_write_bw(
-    exp: NodeExpectation, per_hca: Mapping[str, ProbeOutput]
+    exp: NodeExpectation,
+    per_hca: Mapping[str, ProbeOutput],
+    port_rates: Mapping[str, float] | None = None,
 ) -> list[CheckResult]:
-    """``per_hca``: HCA -> the client-side ib_write_bw output for it (collected by validate)."""
+    """``per_hca``: HCA -> the client-side ib_write_bw output for it (collected by validate).
+    ``port_rates``: HCA -> the rate ibstat reports (:func:`port_rates`), the ceiling where
+    given; else the configured rate is."""
     out: list[CheckResult] = []
     configured = exp.thresholds.get("ib_write_bw_gbps")
     for nic in exp.nics:
@@ -607,21 +1036,61 @@ def judge_ib_write_bw(
         if result is None:
             out += [_with_subject(u, subject) for u in unknown]
             continue
-        rows = [r for r in result.data.get("rows") or [] if _num(r.get("bw_average")) is not None]
+        data = result.data
+        blocks = data.get("blocks") or [data]
+        read = sum(len(b.get("rows") or []) for b in blocks if isinstance(b, Mapping))
+        unread = _unread_lines(probe.text, _PERFTEST_LINE, read, "#bytes")
+        if unread:
+            out.append(
+                _r(
+                    exp,
+                    "ib.write_bw",
+                    Verdict.FAIL,
+                    f"{unread} result line(s) of ib_write_bw hold a bandwidth that is not a "
+                    "finite number (nan, inf, too large or unreadable); no other row is judged "
+                    "in their place",
+                    subject=subject,
+                    expected=threshold,
+                    unit="Gb/s",
+                )
+            )
+            out += [_with_subject(u, subject) for u in unknown]
+            continue
+        rows = [r for r in data.get("rows") or [] if "bw_average" in r]
         if not rows:
             out.append(_r(exp, "ib.write_bw", Verdict.UNKNOWN, "no result row", subject=subject))
             continue
+        # the largest message size, whatever its bandwidth reads: never another row instead
         row = max(rows, key=lambda r: _num(r.get("bytes")) or 0.0)
-        bw = _num(row.get("bw_average"))
-        assert bw is not None  # noqa: S101 - filtered above
-        unit = result.data.get("bw_unit")
-        if unit == "MB/sec":
-            bw = round(bw * MB_PER_SEC_TO_GBPS, 2)
-        elif unit != "Gb/sec":
+        unit = data.get("bw_unit")
+        if unit not in ("MB/sec", "Gb/sec"):
             out.append(
                 _r(exp, "ib.write_bw", Verdict.UNKNOWN, f"unknown unit {unit!r}", subject=subject)
             )
             continue
+        raw = row.get("bw_average")
+        bw = _num(raw)
+        if bw is not None and unit == "MB/sec":
+            bw = round(bw * MB_PER_SEC_TO_GBPS, 2)
+        ceiling = _bw_ceiling(nic, port_rates, data)
+        lie = implausible(bw if bw is not None else raw, ceiling, "ib_write_bw", "Gb/s")
+        if lie is not None:
+            out.append(
+                _r(
+                    exp,
+                    "ib.write_bw",
+                    Verdict.FAIL,
+                    f"{lie} (at {_show(row.get('bytes'))} B)",
+                    subject=subject,
+                    expected=threshold,
+                    unit="Gb/s",
+                    limit=ceiling.value,
+                    source=ceiling.source,
+                )
+            )
+            out += [_with_subject(u, subject) for u in unknown]
+            continue
+        assert bw is not None  # noqa: S101 - implausible() refuses None
         if threshold is None:
             out.append(
                 _r(
@@ -847,7 +1316,21 @@ def judge_nvlink_status(exp: NodeExpectation, outputs: Outputs) -> list[CheckRes
     if result is None:
         return unknown
     out = list(unknown)
-    for gpu in result.data.get("gpus") or []:
+    listed: list[dict[str, Any]] = list(result.data.get("gpus") or [])
+    repeats = _first_seen(listed, (("index", "index", _id_value), ("uuid", "UUID", _id_value)))
+    for i, (first, label, value) in sorted(repeats.items()):
+        out.append(
+            _r(
+                exp,
+                "gpu.duplicate",
+                Verdict.FAIL,
+                f"GPU{listed[i].get('index')} is listed twice in nvidia-smi nvlink -s: same "
+                f"{label} {value} as GPU{listed[first].get('index')}",
+                subject=f"GPU{listed[i].get('index')}",
+                expected="each GPU once",
+            )
+        )
+    for gpu in listed:
         links = gpu.get("links") or []
         down = [str(link.get("link")) for link in links if link.get("active") is False]
         subject = f"GPU{gpu.get('index')}"
@@ -863,7 +1346,7 @@ def judge_nvlink_status(exp: NodeExpectation, outputs: Outputs) -> list[CheckRes
                     expected=len(links),
                 )
             )
-    total = sum(len(g.get("links") or []) for g in result.data.get("gpus") or [])
+    total = sum(len(g.get("links") or []) for i, g in enumerate(listed) if i not in repeats)
     if total == 0:
         out.append(_r(exp, "gpu.nvlink", Verdict.UNKNOWN, "nvlink -s lists no links"))
     elif not out:

@@ -337,3 +337,26 @@ def test_unknown_is_failure_comes_from_cluster_yml(tmp_path: Path) -> None:
     [node] = report.nodes
     assert node.verdict is Verdict.UNKNOWN
     assert not node.failed
+
+
+def test_real_captures_stay_below_the_physical_ceilings() -> None:
+    """Every nccl-tests and perftest capture in tests/fixtures reads below the ceilings in
+    data/limits.yml (the fastest GPU and port gpuctl knows): the ceilings never fail hardware."""
+    from gpuctl.config.catalog import busbw_ceiling, fastest_rate, port_ceiling
+    from gpuctl.validation.judges import MB_PER_SEC_TO_GBPS, implausible, nccl_table_lie
+    from gpuctl.validation.parsing import parse
+
+    checked = 0
+    for path in sorted((FIX / "nccl-tests").glob("*.txt")):
+        text = capture_output(path)
+        rows = parse("nccl", text).data.get("rows") or []
+        assert nccl_table_lie(rows, busbw_ceiling(None), text) is None, path.name
+        checked += bool(rows)
+    fastest = port_ceiling(2 * fastest_rate(None))  # bidirectional runs included
+    for path in sorted((FIX / "perftest").glob("ib-write-bw-*.txt")):
+        data = parse("perftest", capture_output(path)).data
+        for row in data.get("rows") or []:
+            bw = row["bw_average"] * (MB_PER_SEC_TO_GBPS if data["bw_unit"] == "MB/sec" else 1)
+            assert implausible(bw, fastest, "ib_write_bw", "Gb/s") is None, path.name
+            checked += 1
+    assert checked >= 15
