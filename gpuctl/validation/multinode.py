@@ -59,8 +59,10 @@ from typing import Any, Protocol
 
 from ClusterShell.NodeSet import NodeSet
 
+from gpuctl.config.catalog import Ceiling, fastest_rate, multinode_busbw_ceiling
 from gpuctl.resources import load_data
 from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.judges import nccl_table_lie
 from gpuctl.validation.parsing import parse
 from gpuctl.validation.results import CheckResult, Verdict
 from gpuctl.validation.suite import (
@@ -164,8 +166,12 @@ def outcome(
     timed_out: bool = False,
     error: str | None = None,
     stderr: str = "",
+    ceiling: Ceiling | None = None,
 ) -> RunOutcome:
-    """Read one run's output (nccl parser; srun's ``N: `` prefixes are removed there)."""
+    """Read one run's output (nccl parser; srun's ``N: `` prefixes are removed there).
+
+    ``ceiling``: the most the nodes' NICs carry (:func:`busbw_ceiling_of`); a busbw above it,
+    or one that is no finite number in any row, fails the run: no other row stands in."""
     key = tuple(nodes)
     if error:
         refused = _REFUSED.search(f"{stderr}\n{error}")
@@ -188,17 +194,18 @@ def outcome(
     oob = data.get("out_of_bounds")
     if isinstance(oob, int | float) and not isinstance(oob, bool) and oob > 0:
         return RunOutcome(key, failure=f"wrong results: out of bounds values {oob}")
-    rows = [
-        r
-        for r in data.get("rows") or []
-        if _number((r.get("out_of_place") or {}).get("busbw")) is not None
-    ]
+    rows = [r for r in data.get("rows") or [] if isinstance(r, dict)]
     if rc not in (0, None):
         return RunOutcome(key, failure=f"exit {rc}" + (f": {said}" if said else ""))
     if not rows:
         return RunOutcome(key, failure="no bandwidth rows in the output")
+    lie = nccl_table_lie(rows, ceiling, text)
+    if lie is not None:
+        return RunOutcome(key, failure=lie)
     largest = max(rows, key=lambda r: _number(r.get("size")) or 0.0)
-    busbw = _number(largest["out_of_place"]["busbw"])
+    busbw = _number((largest.get("out_of_place") or {}).get("busbw"))
+    if busbw is None:
+        return RunOutcome(key, failure="the largest size has no bandwidth")
     size = largest.get("size")
     return RunOutcome(key, busbw=busbw, size=size if isinstance(size, int) else None)
 
@@ -580,7 +587,15 @@ def _text(value: Any, default: str) -> str:
     return value[:500] if isinstance(value, str) and value else default
 
 
-def read_runs(folder: Path, meta: Mapping[str, Any]) -> dict[frozenset[str], RunOutcome]:
+def busbw_ceiling_of(exp: NodeExpectation) -> Ceiling | None:
+    """The most one node's NICs carry in a multi-node nccl-tests run (GB/s busbw)."""
+    rates = [n.rate_gbps or fastest_rate(n.kind) for n in exp.nics]
+    return multinode_busbw_ceiling(rates, exp.gpu_model)
+
+
+def read_runs(
+    folder: Path, meta: Mapping[str, Any], ceiling: Ceiling | None = None
+) -> dict[frozenset[str], RunOutcome]:
     """The recorded runs of one group, read again from their outputs (``folder`` is
     ``<bundle>/_multinode/<group>``): each file only inside that folder and never through a
     link; a run whose output cannot be read is a failed run saying why."""
@@ -614,6 +629,7 @@ def read_runs(folder: Path, meta: Mapping[str, Any]) -> dict[frozenset[str], Run
             timed_out=item.get("timed_out") is True,
             error=error or (None if text is not None else "no output recorded"),
             stderr=_text(item.get("stderr"), ""),
+            ceiling=ceiling,
         )
     return runs
 
@@ -738,7 +754,7 @@ def judge_group(
         info["error"] = error
         return results, info
     threshold, source = threshold_for(exps[nodes[0]])
-    recorded = read_runs(folder, meta)
+    recorded = read_runs(folder, meta, busbw_ceiling_of(exps[nodes[0]]))
     if threshold is None:
         first = recorded.get(frozenset(nodes))
         for node in nodes:
@@ -880,6 +896,7 @@ def collect_group(
     meta.update({"threshold": threshold, "threshold_source": source, "error": _UNFINISHED})
     write(folder / META_FILE, _json(meta))
     gpus = exps[usable[0]].gpu_count
+    ceiling = busbw_ceiling_of(exps[usable[0]])
 
     def run(members: tuple[str, ...]) -> RunOutcome:
         argv = srun_argv(members, gpus, options)
@@ -897,6 +914,7 @@ def collect_group(
             timed_out=res.timed_out,
             error=record.get("error"),
             stderr=res.stderr.decode("utf-8", errors="replace"),
+            ceiling=ceiling,
         )
         if on_run is not None:
             on_run(got)

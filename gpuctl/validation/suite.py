@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import re
 import stat
@@ -40,6 +41,7 @@ from gpuctl.validation.judges import (
     judge_fleet_relative,
     judge_ib_write_bw,
     judge_xid,
+    port_rates,
     threshold_value,
 )
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
@@ -308,7 +310,8 @@ def judge_node(
         else:
             results += judge(exp, bundle.outputs)
     if pairs and exp.nics and exp.level != "quick":
-        results += judge_ib_write_bw(exp, bundle.ib_write_bw)
+        # the ceiling is the rate ibstat reports, where it does
+        results += judge_ib_write_bw(exp, bundle.ib_write_bw, port_rates(bundle.outputs))
     return results
 
 
@@ -339,6 +342,8 @@ def _chart_data(exp: NodeExpectation, bundle: NodeBundle) -> dict[str, Any]:
             for r in rows
             if isinstance(r.get("size"), int | float)
             and isinstance((r.get("out_of_place") or {}).get("busbw"), int | float)
+            and math.isfinite(r["size"])
+            and math.isfinite(r["out_of_place"]["busbw"])
         ]
         if curve:
             extra["nccl"] = curve

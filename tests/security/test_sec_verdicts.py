@@ -608,3 +608,49 @@ def test_the_lab_simulated_hardware_lists_every_gpu_and_hca_once(name: str) -> N
     assert [r for r in res if r.check.endswith(".duplicate")] == []
     assert {r.verdict for r in res if r.check in ("gpu.count", "ib.port.rate")} <= {Verdict.OK}
     assert_json_safe(res)
+
+
+# ------------------------------------------------------------------------------------------
+# Multi-node runs: the same rules as the single-node table (one row never stands in for another)
+
+P5_RUN = "all-reduce-perf-2node-p5-h100-srun-prefix-table-only.txt"
+P5_LAST = "66132  259.78  487.09      0    66109  259.87  487.26"
+
+
+def _p5_text() -> str:
+    text = (ROOT / "tests" / "fixtures" / "nccl-tests" / P5_RUN).read_text(encoding="utf-8")
+    body = text.split("# ---\n", 1)[1]
+    assert P5_LAST in body
+    return body
+
+
+def _ndr_h100_ceiling() -> Any:
+    from gpuctl.config.catalog import multinode_busbw_ceiling
+
+    return multinode_busbw_ceiling([400.0] * 8, "h100-sxm")
+
+
+def test_a_multinode_busbw_above_what_the_nics_carry_fails_the_run() -> None:
+    from gpuctl.validation.multinode import outcome
+
+    forged = _p5_text().replace(P5_LAST, "66132  259.78  9999999.0      0    66109  259.87  487.26")
+    got = outcome(("a", "b"), forged, ceiling=_ndr_h100_ceiling())
+    assert got.busbw is None
+    assert got.failure is not None
+    assert "above the physical limit" in got.failure
+
+
+def test_a_multinode_nan_busbw_in_the_largest_row_is_never_replaced_by_another_row() -> None:
+    from gpuctl.validation.multinode import outcome
+
+    forged = _p5_text().replace(P5_LAST, "66132  259.78  nan      0    66109  259.87  487.26")
+    got = outcome(("a", "b"), forged, ceiling=_ndr_h100_ceiling())
+    assert got.busbw is None
+    assert got.failure is not None
+
+
+def test_the_real_multinode_run_is_below_the_ceiling() -> None:
+    from gpuctl.validation.multinode import outcome
+
+    got = outcome(("a", "b"), _p5_text(), ceiling=_ndr_h100_ceiling())
+    assert got.busbw == 487.09
