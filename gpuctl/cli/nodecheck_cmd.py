@@ -17,7 +17,7 @@ import typer
 
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.validation.nodecheck import DEFAULT_CLUSTER, NodeCheckResult, node_check
-from gpuctl.validation.results import Verdict
+from gpuctl.validation.results import Verdict, printable
 
 
 class NodeLevel(StrEnum):
@@ -30,7 +30,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _err(line: str) -> None:
-    sys.stderr.write(line + "\n")
+    # messages carry text from the node and from Slurm: control characters are escaped (an
+    # ESC sequence from a kernel log line must not reach the terminal or slurmd's log)
+    sys.stderr.write(printable(line) + "\n")
 
 
 def _print_result(result: NodeCheckResult) -> None:
@@ -47,7 +49,7 @@ def _print_result(result: NodeCheckResult) -> None:
             continue
         subject = f" {c.subject}" if c.subject else ""
         lines.append(f"  {c.verdict.value:<7} {c.check}{subject}: {c.message}")
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write("\n".join(printable(line) for line in lines) + "\n")
 
 
 def _print_slurm(result: NodeCheckResult) -> None:

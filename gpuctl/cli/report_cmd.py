@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -13,14 +11,18 @@ from rich.markup import escape
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console
 from gpuctl.errors import ConfigError, Problem, UsageError
+from gpuctl.fileio import TooLarge, UnsafePath, read_regular, write_atomic
 from gpuctl.validation.reports import (
     drain_reasons,
     render_html,
     render_junit,
     render_prometheus,
 )
-from gpuctl.validation.results import ValidationReport
+from gpuctl.validation.results import NotResults, ValidationReport, loads_results
 from gpuctl.validation.suite import fewer_gc_passes
+
+# a 1,024-node run writes ~20 MB of results.json; a device or a pipe is never read at all
+MAX_RESULTS = 512 << 20
 
 
 def register(app: typer.Typer) -> None:
@@ -29,19 +31,21 @@ def register(app: typer.Typer) -> None:
 
 def _load(path: Path) -> ValidationReport:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return ValidationReport.from_json(data)
+        raw = read_regular(path, limit=MAX_RESULTS)
+    except (UnsafePath, TooLarge) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    except (ValueError, KeyError, TypeError) as exc:
+    try:
+        return loads_results(raw)
+    except NotResults as exc:
         raise ConfigError([Problem(f"not gpuctl results: {exc}", file=str(path))]) from None
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # textfile collectors must never read a half-written file
+    # a random temporary beside the target, renamed over it: a textfile collector never reads
+    # half a file, and a link planted at the target or at a temporary name is never followed
+    write_atomic(path, text)
 
 
 def report(

@@ -13,21 +13,27 @@ from rich.table import Table
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, out_console, print_json
 from gpuctl.errors import UsageError
+from gpuctl.fileio import write_atomic
 from gpuctl.validation.collect import (
     DEFAULT_PARALLEL,
     ProgressEvent,
     ValidateResult,
     judge_bundle,
     validate,
-    write_atomic,
 )
 from gpuctl.validation.reports import render_html, render_junit, render_prometheus
-from gpuctl.validation.results import ValidationReport, Verdict
+from gpuctl.validation.results import ValidationReport, Verdict, printable
 from gpuctl.validation.slurm import DrainResult, drain_failed
 from gpuctl.validation.suite import fewer_gc_passes
 
 MAX_PROBLEMS_SHOWN = 4
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "unknown": "magenta"}
+
+
+def _say(text: str) -> str:
+    """Text from a node or from Slurm for the terminal: control characters escaped (an ESC
+    sequence in a kernel log line must not reach the operator's terminal), rich markup too."""
+    return escape(printable(text))
 
 
 class LevelChoice(StrEnum):
@@ -51,9 +57,9 @@ def _table(report: ValidationReport) -> Table:
         style = _STYLE.get(verdict, "")
         problems = node.problems()
         shown = [
-            f"{escape(p.check)}"
-            + (f" {escape(p.subject)}" if p.subject else "")
-            + f": {escape(p.message)}"
+            f"{_say(p.check)}"
+            + (f" {_say(p.subject)}" if p.subject else "")
+            + f": {_say(p.message)}"
             + ("" if p.verdict is Verdict.FAIL else f" ({p.verdict.value})")
             for p in problems[:MAX_PROBLEMS_SHOWN]
         ]
@@ -61,7 +67,7 @@ def _table(report: ValidationReport) -> Table:
             shown.append(f"(+{len(problems) - MAX_PROBLEMS_SHOWN} more)")
         label = f"{verdict}" + (" (failed)" if node.failed and verdict != "fail" else "")
         table.add_row(
-            escape(node.node),
+            _say(node.node),
             f"[{style}]{label}[/{style}]" if style else label,
             str(len(node.checks)),
             "\n".join(shown) or "-",
@@ -77,11 +83,11 @@ class _Progress:
 
     def __call__(self, event: ProgressEvent) -> None:
         if event.kind == "node" and event.status == "unreachable":
-            self.console.print(f"  [red]unreachable[/red]: {escape(event.node)}")
+            self.console.print(f"  [red]unreachable[/red]: {_say(event.node)}")
         elif event.kind == "node" and event.total >= 50 and event.done % 50 == 0:
             self.console.print(f"  {event.done}/{event.total} nodes collected")
         elif event.kind == "pair" and event.status == "failed":
-            self.console.print(f"  ib_write_bw pair with {escape(event.node)} failed")
+            self.console.print(f"  ib_write_bw pair with {_say(event.node)} failed")
 
 
 def _write_reports(
@@ -91,13 +97,13 @@ def _write_reports(
     with fewer_gc_passes():
         try:
             if html is not None:
-                write_atomic(html, render_html(report).encode("utf-8"))
+                write_atomic(html, render_html(report))
                 console.print(f"wrote {escape(str(html))}")
             if junit is not None:
-                write_atomic(junit, render_junit(report).encode("utf-8"))
+                write_atomic(junit, render_junit(report))
                 console.print(f"wrote {escape(str(junit))}")
             if prom is not None:
-                write_atomic(prom / "gpuctl.prom", render_prometheus(report).encode("utf-8"))
+                write_atomic(prom / "gpuctl.prom", render_prometheus(report))
                 console.print(f"wrote {escape(str(prom / 'gpuctl.prom'))}")
         except OSError as exc:
             raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
@@ -106,17 +112,17 @@ def _write_reports(
 def _print_drain(result: DrainResult) -> None:
     console = err_console()
     if result.error is not None:
-        console.print(f"[red]error[/red]: --drain-failed: {escape(result.error)}")
+        console.print(f"[red]error[/red]: --drain-failed: {_say(result.error)}")
         return
     for a in result.actions:
         if a.error is not None:
-            console.print(f"[red]error[/red]: {a.action} {escape(a.node)}: {escape(a.error)}")
+            console.print(f"[red]error[/red]: {a.action} {_say(a.node)}: {_say(a.error)}")
         elif a.action == "drain":
-            console.print(f"drained {escape(a.node)}: {escape(a.reason or '')}")
+            console.print(f"drained {_say(a.node)}: {_say(a.reason or '')}")
         elif a.action == "resume":
-            console.print(f"resumed {escape(a.node)} (was: {escape(a.reason or '')})")
+            console.print(f"resumed {_say(a.node)} (was: {_say(a.reason or '')})")
         else:
-            console.print(f"{escape(a.node)}: {escape(a.detail)}")
+            console.print(f"{_say(a.node)}: {_say(a.detail)}")
 
 
 def validate_cmd(

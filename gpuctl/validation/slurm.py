@@ -8,6 +8,11 @@ state=resume`` for each passing node whose drain reason starts with ``gpuctl:``.
 A node drained by someone else (its reason does not start with ``gpuctl:``) is never resumed
 and its reason is never overwritten: the operator's drain wins. The plan is a pure function
 (:func:`plan`), unit tested without Slurm.
+
+What reaches scontrol is checked at :func:`update_argv`: the node name must be a host name and
+the reason is one clean line (:func:`~gpuctl.validation.reports.drain.clean_reason`), whoever
+built the action. A reason read back from Slurm (someone else's) is shown through
+:func:`~gpuctl.validation.results.printable`.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from gpuctl.validation.collect import (
     ssh_settings,
 )
 from gpuctl.validation.parsing import parse
-from gpuctl.validation.reports.drain import PREFIX, drain_reason
-from gpuctl.validation.results import ValidationReport
+from gpuctl.validation.reports.drain import PREFIX, clean_reason, drain_reason
+from gpuctl.validation.results import ValidationReport, is_host_name, printable
 
 SCONTROL_TIMEOUT_S = 60
 _DRAIN_STATES = {"DRAIN", "DRAINED", "DRAINING"}
@@ -128,7 +133,7 @@ def plan(
                         node.node,
                         "none",
                         current,
-                        f"left alone: drained by someone else ({current or 'no reason'})",
+                        f"left alone: drained by someone else ({_shown(current)})",
                     )
                 )
             elif drained and current == reason:
@@ -144,13 +149,21 @@ def plan(
                         node.node,
                         "none",
                         current,
-                        f"left drained: drained by someone else ({current or 'no reason'})",
+                        f"left drained: drained by someone else ({_shown(current)})",
                     )
                 )
     return out
 
 
+def _shown(reason: str | None) -> str:
+    return printable(reason) if reason else "no reason"
+
+
 def update_argv(action: SlurmAction) -> tuple[str, ...]:
+    """The `scontrol update` of ``action``. Raises ValueError for a node name that is not a
+    host name (`a state=resume` must never become two scontrol words)."""
+    if not is_host_name(action.node):
+        raise ValueError(f"scontrol: node name {printable(repr(action.node))} is not a host name")
     if action.action == "drain":
         assert action.reason is not None  # noqa: S101 - drain actions carry their reason
         return (
@@ -158,7 +171,7 @@ def update_argv(action: SlurmAction) -> tuple[str, ...]:
             "update",
             f"nodename={action.node}",
             "state=drain",
-            f"reason={action.reason}",
+            f"reason={clean_reason(action.reason)}",
         )
     return ("scontrol", "update", f"nodename={action.node}", "state=resume")
 
@@ -181,7 +194,15 @@ def apply(
         if action.action == "none":
             done.append(action)
             continue
-        argv = update_argv(action)
+        try:
+            argv = update_argv(action)
+        except ValueError as exc:
+            done.append(
+                SlurmAction(
+                    action.node, action.action, action.reason, action.detail, error=str(exc)
+                )
+            )
+            continue
         res = session.start(command_line(argv, SCONTROL_TIMEOUT_S, become=become)).finish(
             SCONTROL_TIMEOUT_S + 30
         )

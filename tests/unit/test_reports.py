@@ -248,3 +248,59 @@ def test_report_cli_writes_every_format(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["report", str(bad), "--html", str(tmp_path / "x.html")])
     assert res.exit_code == 2
     assert "not gpuctl results" in res.stderr
+
+
+def test_validate_never_writes_reports_through_a_planted_symlink(tmp_path: Path) -> None:
+    from test_collect import FakeConnector, Sim
+
+    from gpuctl.starter import starter
+    from gpuctl.validation.collect import validate
+
+    cluster = tmp_path / "cluster.yml"
+    cluster.write_text(starter("lab", 2), encoding="utf-8")
+    (tmp_path / ".gpuctl" / "lab").mkdir(parents=True)
+    (tmp_path / ".gpuctl" / "lab" / "known_hosts").write_text("x ssh-ed25519 AAAA\n")
+    bundle = tmp_path / "bundle"
+    validate(cluster, level="quick", out=bundle, connector=FakeConnector(Sim()))
+    out = tmp_path / "out"
+    (out / "prom").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n", encoding="utf-8")
+    planted = ["r.html", ".r.html.tmp", "r.xml", ".r.xml.tmp", "prom/gpuctl.prom"]
+    planted.append("prom/.gpuctl.prom.tmp")
+    for name in planted:
+        (out / name).symlink_to(victim)
+    res = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            str(cluster),
+            "--bundle",
+            str(bundle),
+            "--html",
+            str(out / "r.html"),
+            "--junit",
+            str(out / "r.xml"),
+            "--prom",
+            str(out / "prom"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert victim.read_text(encoding="utf-8") == "precious\n"
+    for target in (out / "r.html", out / "r.xml", out / "prom" / "gpuctl.prom"):
+        assert not target.is_symlink()
+        assert target.stat().st_size > 100
+
+
+def test_report_of_a_results_file_with_a_non_finite_number_never_crashes() -> None:
+    rep = _report()
+    node = rep.nodes[0]
+    bad = CheckResult("nccl.busbw", node.node, Verdict.OK, "ok", measured=float("nan"))
+    rep = ValidationReport(
+        rep.cluster, rep.level, (NodeReport(node.node, (bad,)), *rep.nodes[1:]), extra=rep.extra
+    )
+    data = json.loads(rep.dumps())
+    assert data["nodes"][0]["checks"][0]["measured"] is None
+    assert data["nodes"][0]["checks"][0]["verdict"] == "unknown"
+    for render in (render_html, render_junit, render_prometheus):
+        render(rep)

@@ -4,21 +4,39 @@ Slurm keeps the reason as free text; sinfo -R shows 20 characters by default and
 are unreadable in listings, so gpuctl writes one line of at most REASON_MAX characters, check id
 first. The prefix `gpuctl:` marks reasons gpuctl may later clear (it never resumes a node whose
 reason it did not write).
+
+A reason is one line: a node name or a message can carry tabs, newlines and escape sequences
+(a job names its own process; the name lands in an Xid line), and `gpuctl report
+--drain-reasons` prints `NODE<TAB>reason` lines that may be piped to scontrol.
 """
 
 from __future__ import annotations
 
 import re
 
-from gpuctl.validation.results import NodeReport, ValidationReport
+from gpuctl.validation.results import NodeReport, ValidationReport, printable
 
 PREFIX = "gpuctl:"
 REASON_MAX = 100
 
+_SPACE = re.compile(r"\s+")  # any white space, Unicode's too (NEL, U+2028, U+3000)
+_SCONTROL = re.compile(r"[\"'=\\]")
+
 
 def _clean(text: str) -> str:
-    # one line, no quotes or `=` that would confuse `scontrol update ... reason=...`
-    return re.sub(r"\s+", " ", re.sub(r"[\"'=\\]", "", text)).strip()
+    # one line, every other control character escaped (printable), then no quote, `=` or
+    # backslash that would confuse `scontrol update ... reason=...`
+    return _SCONTROL.sub("", printable(_SPACE.sub(" ", text))).strip()
+
+
+def _cut(reason: str, room: int) -> str:
+    return reason if len(reason) <= room else reason[: room - 3].rstrip() + "..."
+
+
+def clean_reason(text: str) -> str:
+    """``text`` as a drain reason: one line of at most REASON_MAX characters, no control
+    character, quote, `=` or backslash. What gpuctl gives `scontrol update ... reason=`."""
+    return _cut(_clean(text), REASON_MAX)
 
 
 def drain_reason(node: NodeReport, prefix: str = PREFIX) -> str | None:
@@ -32,10 +50,7 @@ def drain_reason(node: NodeReport, prefix: str = PREFIX) -> str | None:
     if first.subject:
         detail = f"{first.subject} {detail}"
     more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-    reason = _clean(f"{prefix} {first.check} {detail}")
-    if len(reason) + len(more) > REASON_MAX:
-        reason = reason[: REASON_MAX - len(more) - 3].rstrip() + "..."
-    return reason + more
+    return _cut(_clean(f"{prefix} {first.check} {detail}"), REASON_MAX - len(more)) + more
 
 
 def drain_reasons(report: ValidationReport) -> dict[str, str]:

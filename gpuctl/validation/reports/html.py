@@ -7,15 +7,25 @@ check with its evidence. Chart data comes from ``report.extra``:
 - ``topology``: node -> {"devices": [...], "links": {a: {b: token}}}
 - ``nccl``: node -> [[size_bytes, busbw_gbs], ...] (+ ``nccl_threshold``: GB/s)
 - ``ib_write_bw``: node -> {hca: gbps} (+ ``ib_write_bw_threshold``: Gb/s, ``ib_line_rate``)
+
+Every text goes through :func:`escape` here: :func:`printable` (control characters, U+2028 and
+bidi overrides shown as escapes: a node's text cannot reorder or hide the page around it),
+then HTML escaping.
 """
 
 from __future__ import annotations
 
+import html
 import math
-from html import escape
 from typing import Any
 
-from gpuctl.validation.results import CheckResult, ValidationReport, Verdict, worst
+from gpuctl.validation.results import CheckResult, ValidationReport, Verdict, printable, worst
+
+
+def escape(text: str) -> str:
+    """``text`` for HTML element content or a quoted attribute."""
+    return html.escape(printable(text, multiline=True))
+
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}

@@ -1,51 +1,59 @@
-"""Prometheus textfile-collector format (node_exporter --collector.textfile.directory)."""
+"""Prometheus textfile-collector format (node_exporter --collector.textfile.directory).
+
+Every line is a `# HELP`/`# TYPE` comment or one sample `name{label="value",...} number`. A label
+value is :func:`printable` on one line (a newline or tab from a node shows as ``\\n``, never
+splits a sample), then escaped as the exposition format says: backslash and double quote.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
-from gpuctl.validation.results import ValidationReport
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+from gpuctl.validation.results import ValidationReport, printable
 
 
-def _labels(pairs: Iterable[tuple[str, str]]) -> str:
-    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in pairs) + "}"
+class _Labels:
+    """Label values escaped once each: a fleet repeats the same check ids, units and subjects
+    on every node."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str] = {}
+
+    def __call__(self, value: str) -> str:
+        done = self._seen.get(value)
+        if done is None:
+            done = printable(value).replace("\\", "\\\\").replace('"', '\\"')
+            self._seen[value] = done
+        return done
 
 
 def render_prometheus(report: ValidationReport) -> str:
-    cluster = report.cluster
+    label = _Labels()
+    cluster = f'cluster="{label(report.cluster)}"'
     out: list[str] = [
         "# HELP gpuctl_check_verdict Verdict of one gpuctl check: 0 ok, 1 warn, 2 fail, 3 unknown.",
         "# TYPE gpuctl_check_verdict gauge",
     ]
     measured: list[str] = []
+    node_labels: list[tuple[str, int, int]] = []
     seen: set[str] = set()
     for node in report.nodes:
+        where = f'{cluster},node="{label(node.node)}"'
+        node_labels.append((where, node.verdict.code, int(node.failed)))
         for check in node.checks:
-            base = [
-                ("cluster", cluster),
-                ("node", node.node),
-                ("check", check.check),
-                ("subject", check.subject or ""),
-            ]
-            key = _labels(base)
-            if key in seen:  # the same check twice on one subject: keep the first
+            base = f'{where},check="{label(check.check)}",subject="{label(check.subject or "")}"'
+            if base in seen:  # the same check twice on one subject: keep the first
                 continue
-            seen.add(key)
-            out.append(f"gpuctl_check_verdict{key} {check.verdict.code}")
+            seen.add(base)
+            out.append(f"gpuctl_check_verdict{{{base}}} {check.verdict.code}")
             value = check.measured
             if (
                 isinstance(value, int | float)
                 and not isinstance(value, bool)
-                and math.isfinite(float(value))
+                and math.isfinite(number := _float(value))
             ):
                 measured.append(
-                    f"gpuctl_check_measured{_labels([*base, ('unit', check.unit or '')])} "
-                    f"{float(value):g}"
+                    f'gpuctl_check_measured{{{base},unit="{label(check.unit or "")}"}} {number:g}'
                 )
     if measured:
         out += [
@@ -57,16 +65,17 @@ def render_prometheus(report: ValidationReport) -> str:
         "# HELP gpuctl_node_verdict Worst verdict of a node: 0 ok, 1 warn, 2 fail, 3 unknown.",
         "# TYPE gpuctl_node_verdict gauge",
     ]
-    out += [
-        f"gpuctl_node_verdict{_labels([('cluster', cluster), ('node', n.node)])} {n.verdict.code}"
-        for n in report.nodes
-    ]
+    out += [f"gpuctl_node_verdict{{{where}}} {code}" for where, code, _ in node_labels]
     out += [
         "# HELP gpuctl_node_failed 1 when gpuctl failed the node (FAIL, or UNKNOWN: fail closed).",
         "# TYPE gpuctl_node_failed gauge",
     ]
-    out += [
-        f"gpuctl_node_failed{_labels([('cluster', cluster), ('node', n.node)])} {int(n.failed)}"
-        for n in report.nodes
-    ]
+    out += [f"gpuctl_node_failed{{{where}}} {failed}" for where, _, failed in node_labels]
     return "\n".join(out) + "\n"
+
+
+def _float(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond any float
+        return math.inf
