@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Annotated
@@ -66,6 +67,8 @@ def init(
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
     try:
+        if not output.parent.is_dir():  # never made: a typo in the path should not succeed
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(output))
         write_atomic(output, text)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror}") from None
@@ -159,6 +162,8 @@ def schema(
         typer.echo(text, nl=False)
         return
     try:
+        if not output.parent.is_dir():  # never made: a typo in the path should not succeed
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(output))
         write_atomic(output, text)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror}") from None

@@ -199,6 +199,8 @@ def validate_cmd(
                 "[yellow]warning[/yellow]: this bundle is from a collection that did not "
                 "finish; what it lacks is judged unknown"
             )
+        for line in result.warnings:
+            console.print(f"[yellow]warning[/yellow]: {_say(line)}")
     else:
         console.print(
             f"validating {escape(str(cluster))} (level "

@@ -232,7 +232,13 @@ def _slurm(node: NodeReport, runner: Runner) -> tuple[SlurmAction | None, str | 
     action = slurm_plan(node, record)
     if action.action == "none":
         return action, None
-    argv = update_argv(action)
+    try:
+        argv = update_argv(action)
+    except ValueError as exc:  # a node name that is not a host name: never handed to scontrol
+        return (
+            SlurmAction(node.node, action.action, action.reason, action.detail, error=str(exc)),
+            None,
+        )
     done = runner(argv, SCONTROL_TIMEOUT_S)
     if _scontrol_failed(done):
         why = "timed out" if done.timed_out else done.error

@@ -324,6 +324,9 @@ def test_node_folders_the_cluster_does_not_know_are_ignored_not_passed(
     assert [n["node"] for n in data["nodes"]] == ["ctl01", "gpu001", "gpu002"]
     assert all(n["failed"] for n in data["nodes"])
     assert "evil" not in res.stdout
+    assert "warning: the bundle holds folders of nodes that cluster.yml does not know" in (
+        " ".join(res.stderr.split())
+    )
     got = judge_bundle(cluster_yml, healthy)
     assert got.ignored == ("evil-ctl01", "evil-gpu001", "evil-gpu002")
     assert got.warnings == (
