@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 SECRET_FILE_MODE = 0o600
 SECRET_DIR_MODE = 0o700
@@ -62,6 +64,21 @@ def _read_up_to(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+def decode_json(data: bytes) -> Any:
+    """The JSON document in ``data``; ValueError saying why not: ``not UTF-8``, ``not JSON
+    (nested too deep)`` (Python's recursion limit, never a RecursionError), ``not JSON (...)``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("not JSON (nested too deep)") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -94,13 +94,9 @@ def read_json_file(path: Path) -> Any:
     except OSError as exc:
         raise StateFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise StateFileError(f"{path}: not UTF-8") from None
-    except RecursionError:
-        raise StateFileError(f"{path}: not JSON (nested too deep)") from None
+        return fileio.decode_json(raw)
     except ValueError as exc:
-        raise StateFileError(f"{path}: not JSON ({exc})") from None
+        raise StateFileError(f"{path}: {exc}") from None
 
 
 def _int(value: Any) -> bool:

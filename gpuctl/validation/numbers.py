@@ -141,3 +141,26 @@ def json_raw_decode(text: str) -> tuple[Any, int]:
     except RecursionError:
         raise json.JSONDecodeError("document nested too deep", text, start) from None
     return value, end
+
+
+def implausible_numbers(value: Any, where: str = "data") -> list[str]:
+    """Where a parsed structure breaks the contract of this module: every non-finite number,
+    and every one of :data:`LIMIT` or more in size, dict keys included (for tests and audits of
+    parser results)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return [f"{where}: {value!r}"]
+        return [f"{where}: {value!r} (>= 1e{MAX_DIGITS})"] if abs(value) >= LIMIT else []
+    if isinstance(value, int):
+        return [f"{where}: {len(str(abs(value)))}-digit integer"] if abs(value) >= LIMIT else []
+    out: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out += implausible_numbers(key, f"{where} key {str(key)[:20]!r}")
+            out += implausible_numbers(item, f"{where}.{str(key)[:40]}")
+    elif isinstance(value, list | tuple | set | frozenset):
+        for i, item in enumerate(value):
+            out += implausible_numbers(item, f"{where}[{i}]")
+    return out

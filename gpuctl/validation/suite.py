@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuctl.config.model import Cluster
-from gpuctl.fileio import UnsafePath, read_inside
+from gpuctl.fileio import UnsafePath, decode_json, read_inside
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.judges import (
     NODE_JUDGES,
@@ -95,13 +95,9 @@ def read_bundle_json(root: Path, rel: str | Path, limit: int = META_LIMIT) -> An
     if data is None:
         raise FileNotFoundError(str(rel))
     try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise BundleFileError(f"{rel}: not UTF-8") from None
-    except RecursionError:
-        raise BundleFileError(f"{rel}: nested too deep") from None
+        return decode_json(data)
     except ValueError as exc:
-        raise BundleFileError(f"{rel}: not JSON ({exc})") from None
+        raise BundleFileError(f"{rel}: {exc}") from None
 
 
 def short(value: object, limit: int = 200) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -30,13 +29,13 @@ import yaml
 
 from gpuctl.rollout import tools
 from gpuctl.validation.capture import capture_output
+from gpuctl.validation.numbers import implausible_numbers
 from gpuctl.validation.parsing import ParseResult, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 HUGE = "9" * 5000
 # No parsed number may reach this size (gpuctl.validation.numbers refuses more than 30 digits).
-LIMIT = 10**30
 # Positions tried per fixture when one number at a time is replaced (spread over the body).
 PER_FIXTURE = 24
 _DIGITS = re.compile(r"\d+")
@@ -56,25 +55,7 @@ CORPUS = _corpus()
 KINDS = sorted(registry())
 
 
-def bad_numbers(value: Any, where: str = "data") -> list[str]:
-    """Every non-finite or implausibly large number in a parsed structure (keys included)."""
-    if isinstance(value, bool):
-        return []
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return [f"{where}: {value!r}"]
-        return [f"{where}: {value!r} (>= 1e30)"] if abs(value) >= LIMIT else []
-    if isinstance(value, int):
-        return [f"{where}: {len(str(abs(value)))}-digit integer"] if abs(value) >= LIMIT else []
-    out: list[str] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out += bad_numbers(key, f"{where} key {str(key)[:20]!r}")
-            out += bad_numbers(item, f"{where}.{str(key)[:40]}")
-    elif isinstance(value, list | tuple | set | frozenset):
-        for i, item in enumerate(value):
-            out += bad_numbers(item, f"{where}[{i}]")
-    return out
+bad_numbers = implausible_numbers  # the numbers module's contract, checked on every result
 
 
 def parsed(kind: str, text: str, options: dict[str, Any], label: str = "") -> ParseResult:

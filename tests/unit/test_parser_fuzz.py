@@ -9,7 +9,6 @@ may hold a NaN, an infinity or a number of more than 30 digits, anywhere in its 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections import defaultdict
@@ -22,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuctl.validation.capture import capture_output
+from gpuctl.validation.numbers import implausible_numbers
 from gpuctl.validation.parsing import ParseResult, registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,26 +93,9 @@ ABSURD = st.sampled_from(
     ]
 )
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-LIMIT = 10**30
 
 
-def bad_numbers(value: Any, where: str = "data") -> list[str]:
-    """Every non-finite or over-long number in a parsed structure, dict keys included."""
-    if isinstance(value, bool):
-        return []
-    if isinstance(value, float):
-        return [f"{where}: {value!r}"] if not math.isfinite(value) or abs(value) >= LIMIT else []
-    if isinstance(value, int):
-        return [f"{where}: {len(str(abs(value)))} digits"] if abs(value) >= LIMIT else []
-    out: list[str] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out += bad_numbers(key, f"{where} key")
-            out += bad_numbers(item, f"{where}.{str(key)[:40]}")
-    elif isinstance(value, list | tuple | set | frozenset):
-        for i, item in enumerate(value):
-            out += bad_numbers(item, f"{where}[{i}]")
-    return out
+bad_numbers = implausible_numbers  # the numbers module's contract, checked on every result
 
 
 @st.composite
