@@ -27,6 +27,7 @@ from pydantic_core import to_jsonable_python
 
 from gpuctl.config import model as m
 from gpuctl.config.catalog import gpu_specs
+from gpuctl.fileio import write_atomic
 
 BEGIN_MARKER = "<!-- BEGIN GENERATED: field reference (python -m gpuctl.config.docs) -->"
 END_MARKER = "<!-- END GENERATED -->"
@@ -468,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     if updated != text:
-        path.write_text(updated, encoding="utf-8")
+        write_atomic(path, updated)
         print(f"updated {path} ({sum(1 for _ in _iter_paths())} fields)")
     else:
         print(f"{path} is up to date")
