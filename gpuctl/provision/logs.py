@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuctl.fileio import decode_json
 from gpuctl.provision.runs import RunRecord, read_record
 
 _RESULT_EVENTS = {
@@ -55,9 +55,11 @@ def read_log(run_dir: Path) -> RunLog:
     events_dir = artifacts / "job_events"
     for path in events_dir.glob("*.json") if events_dir.is_dir() else ():
         try:
-            event = json.loads(path.read_text(encoding="utf-8"))
+            event = decode_json(path.read_bytes())
         except (OSError, ValueError):
             continue  # a run killed mid-write leaves a partial file; the rest still reads
+        if not isinstance(event, dict):
+            continue
         status = _RESULT_EVENTS.get(str(event.get("event")))
         if status is None:
             continue

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuctl.errors import UsageError
-from gpuctl.fileio import write_atomic
+from gpuctl.fileio import decode_json, write_atomic
 
 RECORD = "run.json"
 HostState = Literal["ok", "changed", "failed", "unreachable", "incomplete"]
@@ -108,9 +108,11 @@ def _alive(pid: int) -> bool:
 
 def read_record(run_dir: Path) -> RunRecord:
     try:
-        data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
+        data = decode_json((run_dir / RECORD).read_bytes())
+        if not isinstance(data, dict):
+            raise ValueError(f"{RECORD} is not an object")
         record = RunRecord.from_json(data)
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise UsageError(f"{run_dir}: not a readable gpuctl run ({exc})") from None
     if record.status == "running" and not _alive(record.pid):
         record.status = "interrupted"
