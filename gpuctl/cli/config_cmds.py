@@ -179,7 +179,10 @@ def render(
     """Render the Ansible inventory, ansible.cfg and Slurm configuration files."""
     result = render_cluster(load_cluster(cluster), output)
     console = err_console()
-    console.print(f"rendered {len(result.written)} files into {escape(str(result.directory))}")
+    console.print(
+        f"rendered {len(result.written)} files into {escape(str(result.directory))} "
+        "(mode 0600, folder 0700: they can hold proxy credentials)"
+    )
     if result.removed:
         console.print(
             f"removed {len(result.removed)} files of an earlier render: "
