@@ -10,10 +10,8 @@ from __future__ import annotations
 import ipaddress
 import re
 from enum import StrEnum
-from functools import cache
 from typing import Annotated, Any, Literal
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -22,6 +20,16 @@ from pydantic import (
     Field,
     model_validator,
 )
+
+from gpuctl.config.nodesets import (
+    MAX_CLUSTER_NODES,
+    MAX_NODESET,
+    estimated_size,
+    expand,
+    expand_in_order,
+    nodeset_value,
+)
+from gpuctl.config.values import HostName, LoginName, unsafe_values
 
 SCHEMA_VERSION = 1
 
@@ -32,96 +40,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, use_attribute_docstrings=False, allow_inf_nan=False
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Values are data, never code (docs/security.md)
-#
-# Every string of cluster.yml ends up in a file another program reads: the Ansible inventory and
-# group_vars (which Ansible templates), slurm.conf and its siblings (one setting a line),
-# systemd units, shell command lines. So no string may hold a control character or a line
-# separator (it would start a line of its own), a bidirectional override (what a reviewer reads
-# is not what the program gets), or the start of a Jinja expression (Ansible would run it).
-
-_UNSAFE_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_TEMPLATE_MARK = re.compile(r"\{\{|\{%|\{#")
-MAX_VALUE_FINDINGS = 20
-
-
-def value_problem(text: str) -> str | None:
-    """Why ``text`` may not be a value of cluster.yml, or None when it may."""
-    bad = _UNSAFE_CHAR.search(text)
-    if bad is not None:
-        return (
-            f"control character U+{ord(bad[0]):04X} at position {bad.start()} is not allowed: "
-            "values end up in rendered files (inventory, group_vars, slurm.conf, systemd units), "
-            "where it could start a line of its own"
-        )
-    mark = _TEMPLATE_MARK.search(text)
-    if mark is not None:
-        return (
-            f"{mark[0]!r} is not allowed: gpuctl hands every value to Ansible as data, never as "
-            "a Jinja template (in a URL or a password, percent-encode it: %7B)"
-        )
-    return None
-
-
-def unsafe_values(data: Any, loc: tuple[str | int, ...] = ()) -> list[tuple[Any, str]]:
-    """Every string in raw cluster.yml data (keys included) that ``value_problem`` refuses, as
-    (path, message); at most MAX_VALUE_FINDINGS, then one line counting the rest."""
-    found: list[tuple[Any, str]] = []
-    extra = 0
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, loc)]
-    while stack:
-        value, where = stack.pop()
-        if isinstance(value, str):
-            why = value_problem(value)
-            if why is not None:
-                if len(found) < MAX_VALUE_FINDINGS:
-                    found.append((where, why))
-                else:
-                    extra += 1
-        elif isinstance(value, dict):
-            for key, item in reversed(list(value.items())):
-                if isinstance(key, str) and (why := value_problem(key)) is not None:
-                    found.append(((*where, key), f"key: {why}"))
-                stack.append((item, (*where, key)))
-        elif isinstance(value, list):
-            stack.extend((item, (*where, i)) for i, item in reversed(list(enumerate(value))))
-    if extra:
-        found.append((loc, f"... and {extra} more values with the same kind of problem"))
-    return found
-
-
-_LABEL_RE = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL_RE}(\.{_LABEL_RE})*$")
-
-
-def is_host(text: str) -> bool:
-    """An IP address, or a DNS host name (RFC 1123 labels, not all digits)."""
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return bool(_HOSTNAME.match(text)) and not text.replace(".", "").isdigit()
-    return True
-
-
-def _host(value: Any) -> Any:
-    if isinstance(value, str) and not is_host(value):
-        raise ValueError(f"{value[:80]!r} is neither an IP address nor a host name")
-    return value
-
-
-# POSIX portable login names (useradd's default rule, upper case allowed): never an option
-# (`-o...`), never shell syntax
-LoginName = Annotated[
-    str,
-    Field(
-        pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$",
-        description="A login name: letters, digits, `_`, `.`, `-`, not starting with `-`.",
-    ),
-]
-HostName = Annotated[str, BeforeValidator(_host)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,75 +56,6 @@ def _no_numbers(value: Any) -> Any:
     return value
 
 
-# Most names one node set may expand to. A typo such as `gpu[1-100]-[1-100]-[1-1000]` (ten
-# million names) must be refused before it is expanded, or `gpuctl check` hangs.
-MAX_NODESET = 100_000
-# Most nodes of one cluster.yml, all groups together (docs/cluster-yml.md): checked on the
-# node sets' brackets before anything is expanded.
-MAX_CLUSTER_NODES = 100_000
-
-_BRACKETS = re.compile(r"\[([^\]]*)\]")
-
-
-def _top_level_pieces(text: str) -> list[str]:
-    """``text`` cut at the set operators (``,!&^``) outside brackets, in one linear pass."""
-    pieces: list[str] = []
-    depth = 0
-    start = 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(depth - 1, 0)
-        elif depth == 0 and ch in ",!&^":
-            pieces.append(text[start:i])
-            start = i + 1
-    pieces.append(text[start:])
-    return pieces
-
-
-def _estimated_size(text: str) -> int:
-    """Upper bound of the names a node set expands to, from its brackets, without expanding it."""
-    total = 0
-    for piece in _top_level_pieces(text):
-        size = 1
-        for inner in _BRACKETS.findall(piece):
-            count = 0
-            for part in inner.split(","):
-                m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*(?:/\s*(\d+))?\s*", part)
-                if m:
-                    lo, hi, step = int(m[1]), int(m[2]), int(m[3] or 1)
-                    count += max(0, hi - lo) // max(step, 1) + 1
-                else:
-                    count += 1
-            size *= max(count, 1)
-        total += size
-    return total
-
-
-def _nodeset(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if not text:
-        raise ValueError("empty node set")
-    if "@" in text:
-        raise ValueError(
-            f"{value!r}: ClusterShell @group names depend on the machine gpuctl runs on; "
-            "write the names out (gpu[001-064])"
-        )
-    estimate = _estimated_size(text)
-    if estimate > MAX_NODESET:
-        raise ValueError(f"expands to {estimate} names; gpuctl handles at most {MAX_NODESET}")
-    try:
-        nodes = NodeSet(text, resolver=RESOLVER_NOGROUP)
-    except (NodeSetParseError, ValueError) as exc:
-        raise ValueError(f"not a valid node set {value!r}: {exc}") from None
-    if len(nodes) == 0:
-        raise ValueError(f"node set {value!r} names no node")
-    return text
-
-
 Version = Annotated[
     str,
     BeforeValidator(_no_numbers),
@@ -215,7 +64,7 @@ Version = Annotated[
 Name = Annotated[str, Field(pattern=_NAME_RE)]
 NodeSetStr = Annotated[
     str,
-    BeforeValidator(_nodeset),
+    BeforeValidator(nodeset_value),
     Field(
         description="Host names as a ClusterShell node set, e.g. `gpu[001-064]` or `a,b,c[1-3]`.",
         examples=["gpu[001-064]"],
@@ -223,50 +72,6 @@ NodeSetStr = Annotated[
 ]
 Url = Annotated[str, Field(pattern=r"^(https?|file)://\S+$")]
 Port = Annotated[int, Field(ge=1, le=65535)]
-
-
-def expand(nodeset: str) -> list[str]:
-    """Expand a node set string, keeping ClusterShell's order (sorted, numeric-aware)."""
-    return list(_expand(nodeset))
-
-
-def expand_in_order(nodeset: str) -> list[str]:
-    """Expand a node set piece by piece, in the order written: ``b1,a[1-2]`` -> b1, a1, a2.
-
-    Used for addresses, which pair with the (sorted) node names position by position.
-    """
-    return list(_expand_in_order(nodeset))
-
-
-@cache
-def _expand(nodeset: str) -> tuple[str, ...]:
-    return tuple(NodeSet(nodeset))
-
-
-@cache
-def _expand_in_order(nodeset: str) -> tuple[str, ...]:
-    pieces: list[str] = []
-    depth = 0
-    start = 0
-    for i, ch in enumerate(nodeset):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            pieces.append(nodeset[start:i])
-            start = i + 1
-    pieces.append(nodeset[start:])
-    out: list[str] = []
-    for piece in pieces:
-        piece = piece.strip()
-        if not piece:
-            continue
-        if "[" in piece:
-            out.extend(NodeSet(piece))
-        else:
-            out.append(piece)
-    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1082,7 +887,7 @@ class Cluster(_Strict):
         groups = data.get("node_groups")
         if isinstance(groups, list):
             sizes = [
-                _estimated_size(g["nodes"].strip())
+                estimated_size(g["nodes"].strip())
                 for g in groups
                 if isinstance(g, dict) and isinstance(g.get("nodes"), str)
             ]

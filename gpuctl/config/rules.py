@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from gpuctl.config.catalog import gpu_spec, ib_rates, roce_rates
-from gpuctl.config.model import is_host
+from gpuctl.config.values import is_host
 from gpuctl.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
@@ -457,7 +457,7 @@ def _choices(names: Iterable[str]) -> str:
 
 
 def _expand(nodeset: str) -> list[str]:
-    from gpuctl.config.model import expand
+    from gpuctl.config.nodesets import expand
 
     return expand(nodeset)
 

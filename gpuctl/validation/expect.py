@@ -84,6 +84,6 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
 
 
 def _expand(nodeset: str) -> list[str]:
-    from gpuctl.config.model import expand
+    from gpuctl.config.nodesets import expand
 
     return expand(nodeset)
