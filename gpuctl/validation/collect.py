@@ -37,7 +37,7 @@ from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.derived import split_top_level
 from gpuctl.config.model import Cluster, Level
 from gpuctl.errors import EnvironmentProblem, UsageError
-from gpuctl.fileio import write_atomic
+from gpuctl.fileio import write_atomic as write_atomic  # the bundle writer, asserted by tests
 from gpuctl.validation import multinode
 from gpuctl.validation import pairs as pairing
 from gpuctl.validation.expect import NodeExpectation, expectations

@@ -17,7 +17,6 @@ import dataclasses
 import math
 import re
 import statistics
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,17 @@ from gpuctl.config.catalog import (
 from gpuctl.resources import load_data
 from gpuctl.validation.expect import ExpectedNic, NodeExpectation
 from gpuctl.validation.parsing import ParseResult, clean, parse
+from gpuctl.validation.plausible import (
+    PERFTEST_LINE,
+    finite,
+    first_seen,
+    id_value,
+    implausible,
+    nccl_table_lie,
+    not_finite,
+    show_number,
+    unread_lines,
+)
 from gpuctl.validation.results import CheckResult, Verdict
 
 
@@ -80,13 +90,13 @@ def _finite_fields(kw: dict[str, Any], verdict: Verdict, message: str) -> tuple[
     verdict no better than UNKNOWN), and so does a measurement whose percentage of the limit
     would overflow. The judges check their numbers first; this catches what they missed."""
     for key in _NUMERIC_FIELDS:
-        if key in kw and _not_finite(kw[key]):
+        if key in kw and not_finite(kw[key]):
             kw[key] = None
             message += f"; {key} is not a finite number"
             if verdict in (Verdict.OK, Verdict.WARN):
                 verdict = Verdict.UNKNOWN
     if kw.get("limit"):
-        limit, measured = _num(kw["limit"]), _num(kw.get("measured"))
+        limit, measured = finite(kw["limit"]), finite(kw.get("measured"))
         if limit and measured is not None and not math.isfinite(100.0 * measured / limit):
             kw["measured"] = None
     return verdict, message
@@ -124,101 +134,32 @@ def _parsed(
     return None, [_r(exp, check, Verdict.UNKNOWN, "; ".join(reasons))]
 
 
-_FLOAT_MAX = int(sys.float_info.max)
+def _listed_twice(
+    exp: NodeExpectation,
+    gpus: Sequence[Mapping[str, Any]],
+    repeats: Mapping[int, tuple[int, str, Any]],
+    *,
+    where: str = "",
+    tail: str = "",
+    by_position: bool = False,
+) -> list[CheckResult]:
+    """A ``gpu.duplicate`` FAIL for each GPU that repeats an earlier one (:func:`first_seen`);
+    ``by_position``: a GPU without an index is named by its position in the listing."""
 
+    def name(i: int) -> str:
+        return f"GPU{gpus[i].get('index', i) if by_position else gpus[i].get('index')}"
 
-def _num(value: Any) -> float | None:
-    """A finite number as a float; None for anything else (text, None, NaN, infinity, an
-    integer too large for a float)."""
-    kind = type(value)
-    if kind is float:
-        return value if math.isfinite(value) else None
-    if kind is int:
-        return float(value) if -_FLOAT_MAX <= value <= _FLOAT_MAX else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _not_finite(value: Any) -> bool:
-    """A number that cannot be judged or written to JSON: NaN, infinity, a huge integer."""
-    kind = type(value)
-    if kind is float:
-        return not math.isfinite(value)
-    if kind is int:
-        return not -_FLOAT_MAX <= value <= _FLOAT_MAX
-    if value is None or kind is str or isinstance(value, bool):
-        return False
-    return isinstance(value, int | float) and _num(value) is None
-
-
-def _show(value: Any) -> str:
-    """A number for a message, whatever its size."""
-    if isinstance(value, int) and not isinstance(value, bool) and _num(value) is None:
-        return f"a {value.bit_length()}-bit integer"
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return f"{float(value):g}"
-    return repr(value)
-
-
-def implausible(value: Any, ceiling: Ceiling | None, what: str, unit: str) -> str | None:
-    """Why a measured ``value`` cannot have come from the hardware, or None when it can.
-
-    Not a number, NaN or infinity: "not a finite number" (None means the tool's output held no
-    number where one belongs). Above ``ceiling`` plus the tolerance in data/limits.yml, or
-    below zero: the tool, or whatever stands in for it, is lying."""
-    number = _num(value)
-    huge = isinstance(value, int) and not isinstance(value, bool) and number is None
-    if number is None and not huge:
-        shown = "" if value is None else f" ({_show(value)})"
-        return f"{what}{shown} is not a finite number"
-    if number is not None and number < 0:
-        return f"{what} {number:g} {unit} is below zero: no link carries that"
-    if ceiling is None:
-        return None
-    tolerance = ceiling_tolerance()
-    if huge or (number is not None and number > ceiling.value * (1.0 + tolerance)):
-        return (
-            f"{what} {_show(value)} {unit} is above the physical limit of {ceiling.what}, "
-            f"{ceiling.value:g} {unit} (+{tolerance:.0%}): the tool or a stand-in is lying"
+    return [
+        _r(
+            exp,
+            "gpu.duplicate",
+            Verdict.FAIL,
+            f"{name(i)} is listed twice{where}: same {label} {value} as {name(first)}{tail}",
+            subject=name(i),
+            expected="each GPU once",
         )
-    return None
-
-
-_ABSENT_IDS = frozenset({"", "n/a", "[n/a]", "none", "unknown", "not supported"})
-
-
-def _id_value(value: Any) -> Any:
-    """A comparable identifier (UUID, bus id, GUID, minor number), or None where the output
-    shows none."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    text = str(value).strip().lower()
-    return None if text in _ABSENT_IDS else text
-
-
-def _first_seen(
-    items: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, str, Callable[[Any], Any]]]
-) -> dict[int, tuple[int, str, Any]]:
-    """Positions of items that repeat an earlier item on any key ->
-    (that item's position, the key's label, the value)."""
-    seen: dict[tuple[str, Any], int] = {}
-    repeats: dict[int, tuple[int, str, Any]] = {}
-    for i, item in enumerate(items):
-        for key, label, norm in keys:
-            value = norm(item.get(key))
-            if value is None:
-                continue
-            first = seen.setdefault((key, value), i)
-            if first != i and i not in repeats:
-                repeats[i] = (first, label, item.get(key))
-    return repeats
+        for i, (first, label, value) in sorted(repeats.items())
+    ]
 
 
 # ------------------------------------------------------------------------------------------
@@ -244,19 +185,8 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     data = result.data
     out = list(unknown)
     gpus: list[dict[str, Any]] = list(data.get("gpus") or [])
-    repeats = _first_seen(gpus, _GPU_IDS)
-    for i, (first, label, value) in sorted(repeats.items()):
-        out.append(
-            _r(
-                exp,
-                "gpu.duplicate",
-                Verdict.FAIL,
-                f"GPU{gpus[i].get('index', i)} is listed twice: same {label} {value} as "
-                f"GPU{gpus[first].get('index', first)}; counted once",
-                subject=f"GPU{gpus[i].get('index', i)}",
-                expected="each GPU once",
-            )
-        )
+    repeats = first_seen(gpus, _GPU_IDS)
+    out += _listed_twice(exp, gpus, repeats, tail="; counted once", by_position=True)
     distinct = [g for i, g in enumerate(gpus) if i not in repeats]
     twice = f" ({len(repeats)} listed twice, not counted)" if repeats else ""
     if len(distinct) != exp.gpu_count:
@@ -320,10 +250,10 @@ def _pci_key(address: Any) -> str | None:
 # What tells two GPUs in one node's nvidia-smi output apart: a second GPU with any of these
 # equal to an earlier one's is the same GPU listed twice.
 _GPU_IDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
-    ("uuid", "UUID", _id_value),
+    ("uuid", "UUID", id_value),
     ("pci_bus_id", "PCI bus id", _pci_key),
-    ("minor_number", "minor number", _id_value),
-    ("index", "index", _id_value),
+    ("minor_number", "minor number", id_value),
+    ("index", "index", id_value),
 )
 
 
@@ -395,20 +325,20 @@ def _judge_one_gpu(
         ("dram_correctable", "dram_correctable_max"),
     ):
         raw = counters.get(key)
-        if _not_finite(raw):
+        if not_finite(raw):
             out.append(
                 _r(
                     exp,
                     f"gpu.ecc.{key}",
                     Verdict.FAIL,
-                    f"{key} ({_show(raw)}) is not a finite number: no counter reads that",
+                    f"{key} ({show_number(raw)}) is not a finite number: no counter reads that",
                     subject=subject,
-                    expected=_num(th.get(limit_key)),
+                    expected=finite(th.get(limit_key)),
                 )
             )
             continue
-        value = _num(raw)
-        limit = _num(th.get(limit_key))
+        value = finite(raw)
+        limit = finite(th.get(limit_key))
         if value is None or limit is None:
             continue
         if value > limit:
@@ -432,17 +362,20 @@ def _judge_one_gpu(
         ("width_max", "gpu.pcie.width"),
         ("gen_max", "gpu.pcie.gen"),
     ):
-        if _not_finite(pcie.get(key)):
+        if not_finite(pcie.get(key)):
             out.append(
                 _r(
                     exp,
                     check,
                     Verdict.FAIL,
-                    f"PCIe {key} ({_show(pcie.get(key))}) is not a finite number",
+                    f"PCIe {key} ({show_number(pcie.get(key))}) is not a finite number",
                     subject=subject,
                 )
             )
-    width, width_max = _num(pcie.get("width_current")), _num(pcie.get("width_max"))
+    width, width_max = (
+        finite(pcie.get("width_current")),
+        finite(pcie.get("width_max")),
+    )
     if width is not None and width_max is not None and width < width_max:
         out.append(
             _r(
@@ -455,7 +388,7 @@ def _judge_one_gpu(
                 expected=width_max,
             )
         )
-    gen_max = _num(pcie.get("gen_max"))
+    gen_max = finite(pcie.get("gen_max"))
     if gen_max is not None and exp.pcie_gen is not None and gen_max < exp.pcie_gen:
         out.append(
             _r(
@@ -634,22 +567,22 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         for row in rows
         for side in ("out_of_place", "in_place")
     ]
-    bad = [(s, side, w) for s, side, w in wrong if _not_finite(w) or _num(w) not in (None, 0.0)]
+    bad = [(s, side, w) for s, side, w in wrong if not_finite(w) or finite(w) not in (None, 0.0)]
     raw_oob = data.get("out_of_bounds")
-    oob = _num(raw_oob)
-    if bad or _not_finite(raw_oob) or (oob is not None and oob > 0):
+    oob = finite(raw_oob)
+    if bad or not_finite(raw_oob) or (oob is not None and oob > 0):
         out.append(
             _r(
                 exp,
                 "nccl.wrong",
                 Verdict.FAIL,
                 f"wrong results: {len(bad)} rows with #wrong > 0 or not a number, out of bounds "
-                f"{_show(raw_oob)}",
+                f"{show_number(raw_oob)}",
                 measured=len(bad) or oob,
                 expected=0,
             )
         )
-    elif rows and any(_num(w) is not None for _, _, w in wrong):
+    elif rows and any(finite(w) is not None for _, _, w in wrong):
         out.append(_r(exp, "nccl.wrong", Verdict.OK, "no wrong results", measured=0, expected=0))
     out += _nccl_ranks(exp, data.get("ranks") or [])
     ceiling = busbw_ceiling(exp.gpu_model)
@@ -671,9 +604,9 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
             )
         )
         return out
-    threshold = _num(exp.thresholds.get("nccl_all_reduce_busbw_gbs"))
-    largest = max(rows, key=lambda r: _num(r.get("size")) or 0.0)
-    busbw = _num((largest.get("out_of_place") or {}).get("busbw"))
+    threshold = finite(exp.thresholds.get("nccl_all_reduce_busbw_gbs"))
+    largest = max(rows, key=lambda r: finite(r.get("size")) or 0.0)
+    busbw = finite((largest.get("out_of_place") or {}).get("busbw"))
     size = largest.get("size")
     if threshold is None:
         out.append(
@@ -702,62 +635,6 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
             )
         )
     return out
-
-
-# Result lines as the tools print them (size, count, then a word or a number), counted in the
-# raw text: a line the parser could not read (a NaN, a number too large) is never silently
-# replaced by another row. A prefixed line (srun's "0: ") is not counted: never a false alarm.
-_NCCL_LINE = re.compile(r"^[ \t]*\d+[ \t]+\d+[ \t]+[A-Za-z]\w*[ \t]", re.MULTILINE)
-_PERFTEST_LINE = re.compile(r"^[ \t]*\d+[ \t]+\d+[ \t]+\S", re.MULTILINE)
-
-
-def _unread_lines(text: str | None, pattern: re.Pattern[str], read: int, header: str) -> int:
-    """How many result lines of ``text`` (from its column ``header`` on) the parser did not
-    turn into rows."""
-    if not text:
-        return 0
-    start = text.find(header)
-    return max(0, len(pattern.findall(text, max(start, 0))) - read)
-
-
-def nccl_table_lie(
-    rows: Sequence[Mapping[str, Any]], ceiling: Ceiling | None, text: str | None = None
-) -> str | None:
-    """Why an nccl-tests table cannot be believed, or None: a busbw (either side, any row)
-    that is not a finite number or is above ``ceiling``, or (given the output ``text``) a
-    result line the parser could not read. No other row is judged in place of a bad one.
-    Multi-node runs pass :func:`gpuctl.config.catalog.multinode_busbw_ceiling`."""
-    not_finite: list[str] = []
-    above: tuple[Any, Any] | None = None
-    top = ceiling.value * (1.0 + ceiling_tolerance()) if ceiling is not None else math.inf
-    for row in rows:
-        for side in ("out_of_place", "in_place"):
-            half = row.get(side)
-            if not isinstance(half, Mapping):
-                continue
-            raw = half.get("busbw")
-            value = _num(raw)
-            if value is None and not (isinstance(raw, int) and not isinstance(raw, bool)):
-                not_finite.append(f"{row.get('size')} B ({side.replace('_', '-')})")
-            elif above is None and (value is None or value > top or value < 0):
-                above = (raw, row.get("size"))
-    if not_finite:
-        more = f" and {len(not_finite) - 3} more" if len(not_finite) > 3 else ""
-        return (
-            f"busbw at {', '.join(not_finite[:3])}{more} is not a finite number: nccl-tests "
-            "(or what stands in for it) printed no usable bandwidth there, and no other row is "
-            "judged in its place"
-        )
-    unread = _unread_lines(text, _NCCL_LINE, len(rows), "size")
-    if unread:
-        return (
-            f"{unread} result line(s) of nccl-tests hold a number that is not a finite number "
-            "(nan, inf, too large or unreadable); no other row is judged in their place"
-        )
-    if above is not None:
-        why = implausible(above[0], ceiling, "busbw", "GB/s")
-        return f"{why} (at {above[1]} B)" if why else None
-    return None
 
 
 def _nccl_ranks(exp: NodeExpectation, ranks: Sequence[Mapping[str, Any]]) -> list[CheckResult]:
@@ -881,7 +758,7 @@ def _judge_port_rate(
         ]
     if nic.rate_gbps is None:
         return []
-    rate = _num(raw)
+    rate = finite(raw)
     if rate is None:
         return [
             _r(
@@ -915,7 +792,7 @@ _KIND_NAMES = {"infiniband": "InfiniBand", "roce": "RoCE"}
 
 def _guid(value: Any) -> str | None:
     """A GUID to compare; None for none shown or all zeros (Ethernet ports show zeros)."""
-    text = _id_value(value)
+    text = id_value(value)
     if not isinstance(text, str):
         return None
     try:
@@ -955,7 +832,7 @@ def _hcas_listed_twice(
         for d in expected
     ]
     keys = (("node_guid", "node GUID", _guid), ("port_guid", "port GUID", _guid))
-    for i, (first, label, value) in sorted(_first_seen(items, keys).items()):
+    for i, (first, label, value) in sorted(first_seen(items, keys).items()):
         out.append(
             _r(
                 exp,
@@ -982,7 +859,7 @@ def port_rates(outputs: Outputs) -> dict[str, float]:
     rates: dict[str, float] = {}
     for name, ca in (result.data.get("cas") or {}).items():
         port = ((ca or {}).get("ports") or {}).get("1") or {}
-        rate = _num(port.get("rate"))
+        rate = finite(port.get("rate"))
         if rate is not None and 0 < rate <= top:
             rates[name] = rate
     return rates
@@ -993,7 +870,7 @@ def _bw_ceiling(
 ) -> Ceiling:
     """What one ib_write_bw run can reach: the rate ibstat reports for the port, else the
     configured rate, else the fastest port of its kind; twice that both ways or on two ports."""
-    reported = _num((port_rates or {}).get(nic.device))
+    reported = finite((port_rates or {}).get(nic.device))
     if reported is not None and reported > 0:
         ceiling = port_ceiling(reported, "the rate ibstat reports for the port")
     elif nic.rate_gbps:
@@ -1039,7 +916,7 @@ def judge_ib_write_bw(
         data = result.data
         blocks = data.get("blocks") or [data]
         read = sum(len(b.get("rows") or []) for b in blocks if isinstance(b, Mapping))
-        unread = _unread_lines(probe.text, _PERFTEST_LINE, read, "#bytes")
+        unread = unread_lines(probe.text, PERFTEST_LINE, read, "#bytes")
         if unread:
             out.append(
                 _r(
@@ -1061,7 +938,7 @@ def judge_ib_write_bw(
             out.append(_r(exp, "ib.write_bw", Verdict.UNKNOWN, "no result row", subject=subject))
             continue
         # the largest message size, whatever its bandwidth reads: never another row instead
-        row = max(rows, key=lambda r: _num(r.get("bytes")) or 0.0)
+        row = max(rows, key=lambda r: finite(r.get("bytes")) or 0.0)
         unit = data.get("bw_unit")
         if unit not in ("MB/sec", "Gb/sec"):
             out.append(
@@ -1069,7 +946,7 @@ def judge_ib_write_bw(
             )
             continue
         raw = row.get("bw_average")
-        bw = _num(raw)
+        bw = finite(raw)
         if bw is not None and unit == "MB/sec":
             bw = round(bw * MB_PER_SEC_TO_GBPS, 2)
         ceiling = _bw_ceiling(nic, port_rates, data)
@@ -1080,7 +957,7 @@ def judge_ib_write_bw(
                     exp,
                     "ib.write_bw",
                     Verdict.FAIL,
-                    f"{lie} (at {_show(row.get('bytes'))} B)",
+                    f"{lie} (at {show_number(row.get('bytes'))} B)",
                     subject=subject,
                     expected=threshold,
                     unit="Gb/s",
@@ -1126,9 +1003,9 @@ def judge_ib_write_bw(
 def threshold_value(value: Any, limit: float | None) -> float | None:
     """A threshold as a number: given directly, or as a share of the physical limit ("90%")."""
     if isinstance(value, str) and value.endswith("%"):
-        share = _num(float(value[:-1])) if value[:-1].replace(".", "", 1).isdigit() else None
+        share = finite(float(value[:-1])) if value[:-1].replace(".", "", 1).isdigit() else None
         return round(share / 100.0 * limit, 3) if share is not None and limit else None
-    return _num(value)
+    return finite(value)
 
 
 def _with_subject(result: CheckResult, subject: str) -> CheckResult:
@@ -1317,19 +1194,8 @@ def judge_nvlink_status(exp: NodeExpectation, outputs: Outputs) -> list[CheckRes
         return unknown
     out = list(unknown)
     listed: list[dict[str, Any]] = list(result.data.get("gpus") or [])
-    repeats = _first_seen(listed, (("index", "index", _id_value), ("uuid", "UUID", _id_value)))
-    for i, (first, label, value) in sorted(repeats.items()):
-        out.append(
-            _r(
-                exp,
-                "gpu.duplicate",
-                Verdict.FAIL,
-                f"GPU{listed[i].get('index')} is listed twice in nvidia-smi nvlink -s: same "
-                f"{label} {value} as GPU{listed[first].get('index')}",
-                subject=f"GPU{listed[i].get('index')}",
-                expected="each GPU once",
-            )
-        )
+    repeats = first_seen(listed, (("index", "index", id_value), ("uuid", "UUID", id_value)))
+    out += _listed_twice(exp, listed, repeats, where=" in nvidia-smi nvlink -s")
     for gpu in listed:
         links = gpu.get("links") or []
         down = [str(link.get("link")) for link in links if link.get("active") is False]
@@ -1403,7 +1269,7 @@ def judge_fleet_relative(
     """Flag nodes whose ``check`` measurement is below ``fraction`` x the fleet median."""
     values: dict[tuple[str, str | None], float] = {}
     for r in results:
-        v = _num(r.measured)
+        v = finite(r.measured)
         if r.check == check and v is not None:
             values[(r.node, r.subject)] = v
     if len(values) < 3:

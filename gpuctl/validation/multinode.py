@@ -62,8 +62,8 @@ from ClusterShell.NodeSet import NodeSet
 from gpuctl.config.catalog import Ceiling, fastest_rate, multinode_busbw_ceiling
 from gpuctl.resources import load_data
 from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.judges import nccl_table_lie
 from gpuctl.validation.parsing import parse
+from gpuctl.validation.plausible import nccl_table_lie
 from gpuctl.validation.results import CheckResult, Verdict
 from gpuctl.validation.suite import (
     OUTPUT_LIMIT,

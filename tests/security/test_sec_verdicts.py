@@ -25,7 +25,6 @@ from gpuctl.validation.capture import capture_output
 from gpuctl.validation.expect import ExpectedNic, NodeExpectation, expectations
 from gpuctl.validation.judges import (
     ProbeOutput,
-    implausible,
     judge_gpus,
     judge_ib_ports,
     judge_ib_write_bw,
@@ -35,6 +34,7 @@ from gpuctl.validation.judges import (
     port_rates,
 )
 from gpuctl.validation.parsing import parse
+from gpuctl.validation.plausible import implausible
 from gpuctl.validation.results import CheckResult, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]

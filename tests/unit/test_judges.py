@@ -343,8 +343,9 @@ def test_real_captures_stay_below_the_physical_ceilings() -> None:
     """Every nccl-tests and perftest capture in tests/fixtures reads below the ceilings in
     data/limits.yml (the fastest GPU and port gpuctl knows): the ceilings never fail hardware."""
     from gpuctl.config.catalog import busbw_ceiling, fastest_rate, port_ceiling
-    from gpuctl.validation.judges import MB_PER_SEC_TO_GBPS, implausible, nccl_table_lie
+    from gpuctl.validation.judges import MB_PER_SEC_TO_GBPS
     from gpuctl.validation.parsing import parse
+    from gpuctl.validation.plausible import implausible, nccl_table_lie
 
     checked = 0
     for path in sorted((FIX / "nccl-tests").glob("*.txt")):
