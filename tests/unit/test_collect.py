@@ -553,7 +553,9 @@ class _ExecServer:
             t = paramiko.Transport(conn)
             t.add_server_key(self.host_key)
             self.transports.append(t)
-            t.start_server(server=_Iface(self.client_key))
+            # with an event start_server returns at once: a client that gave up on a
+            # connection (a refused host key) never keeps the next one from being accepted
+            t.start_server(event=threading.Event(), server=_Iface(self.client_key))
 
     def close(self) -> None:
         self.sock.close()
