@@ -211,7 +211,10 @@ def cluster_doc(count: int, key: Path, known_hosts: Path) -> dict[str, Any]:
                 "addresses": address_nodeset(count),
                 "roles": ["compute"],
                 "gpus": {"model": "h100-sxm", "count": 8, "interconnect": "nvswitch"},
-                "nics": [{"devices": "mlx5_[0-7]", "fabric": "ib", "rails": True}],
+                # what the in-process SSH nodes report (Slurm needs both: cluster-yml.md)
+                "cpu": {"sockets": 1, "cores_per_socket": 2, "threads_per_core": 1},
+                "memory_mb": 1024,
+                "nics": [{"devices": "mlx5_[0-7]", "fabric": "ib"}],
             },
         ],
         "slurm": {

@@ -152,31 +152,22 @@ def driver_packages(hostvars: Mapping[str, Any], family: OsFamily) -> list[Packa
         ) + ["nvidia-smi", "libnvidia-ml1", "nvidia-persistenced"]
         return [PackageSpec(n, f"{version}-1", held=held) for n in names]
     if family == "Ubuntu":
-        names = (
-            [
-                "nvidia-open",
-                f"nvidia-driver-{branch}-open",
-                f"nvidia-dkms-{branch}-open",
-                f"nvidia-kernel-source-{branch}-open",
-            ]
-            if modules == "open"
-            else [
-                f"cuda-drivers-{branch}",
-                f"nvidia-driver-{branch}",
-                f"nvidia-dkms-{branch}",
-                f"nvidia-kernel-source-{branch}",
-            ]
-        ) + [
+        # the headless (compute-only) set: no nvidia-driver-<branch>, no cuda-drivers-<branch>
+        flavour = "-open" if modules == "open" else ""
+        names = [
+            f"nvidia-headless-{branch}{flavour}",
+            f"nvidia-headless-no-dkms-{branch}{flavour}",
+            f"nvidia-dkms-{branch}{flavour}",
+            f"nvidia-kernel-source-{branch}{flavour}",
             f"nvidia-kernel-common-{branch}",
             f"nvidia-utils-{branch}",
             f"nvidia-compute-utils-{branch}",
             f"libnvidia-compute-{branch}",
         ]
         return [PackageSpec(n, f"{version}-0ubuntu1", held=held) for n in names]
+    # the compute-only set: no nvidia-driver / nvidia-driver-libs (X driver, GL libraries)
     names = [
-        "nvidia-driver",
         "nvidia-driver-cuda",
-        "nvidia-driver-libs",
         "nvidia-driver-cuda-libs",
         "kmod-nvidia-open-dkms" if modules == "open" else "kmod-nvidia-latest-dkms",
         "nvidia-persistenced",
@@ -351,15 +342,27 @@ SLURM_CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
 
 
 def slurm_packages(
-    hostvars: Mapping[str, Any], family: OsFamily, role: Literal["controller", "compute"]
+    hostvars: Mapping[str, Any],
+    family: OsFamily,
+    role: Literal["controller", "compute", "login"],
 ) -> list[PackageSpec]:
-    """roles/slurm_controller and roles/slurm_node: a pinned version is held."""
+    """roles/slurm_controller and roles/slurm_node (a login node: slurm_node as a client) under
+    the names of the repository's flavor (``packages`` of ``*_repository``: SchedMD's Debian
+    packages are ``slurm-smd-*``, with ``slurm-smd`` pinned beside them); a pinned version is
+    held."""
     prefix = "slurm_controller" if role == "controller" else "slurm_node"
     pinned = setting(hostvars, prefix, f"{prefix}_package_version")
+    repository = setting(hostvars, prefix, f"{prefix}_repository") or {}
+    schedmd = isinstance(repository, Mapping) and repository.get("packages") == "schedmd"
     if family == "RedHat":
-        names = ["slurm", "slurm-slurmctld" if role == "controller" else "slurm-slurmd"]
+        daemon = {"controller": ["slurm-slurmctld"], "compute": ["slurm-slurmd"], "login": []}
+        names = ["slurm", *daemon[role]]
+    elif schedmd:
+        daemon = {"controller": ["slurm-smd-slurmctld"], "compute": ["slurm-smd-slurmd"]}
+        names = [*daemon.get(role, []), "slurm-smd-client", "slurm-smd"]
     else:
-        names = ["slurmctld" if role == "controller" else "slurmd", "slurm-client"]
+        daemon = {"controller": ["slurmctld"], "compute": ["slurmd"]}
+        names = [*daemon.get(role, []), "slurm-client"]
     if pinned is None or str(pinned) == "":
         return [PackageSpec(n) for n in names]
     version = str(pinned)

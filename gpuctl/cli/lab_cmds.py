@@ -32,23 +32,31 @@ def _profiles() -> list[str]:
 @app.command("up")
 def up(
     nodes: Annotated[
-        int, typer.Option("--nodes", "-n", min=2, max=17, help="Nodes: one controller + compute.")
+        int,
+        typer.Option(
+            "--nodes", "-n", min=2, max=17, help="Nodes: one controller + compute (one profile)."
+        ),
     ] = 3,
     profile: Annotated[
-        str,
+        list[str] | None,
         typer.Option(
             "--profile",
             "-p",
-            help="Simulated hardware of the compute nodes (gpuctl/lab/profiles).",
+            help="Simulated hardware of the compute nodes (gpuctl/lab/profiles). Repeat as "
+            "NAME:COUNT for one node group per profile (then --nodes is not used).",
             autocompletion=_profiles,
         ),
-    ] = lab.DEFAULT_PROFILE,
+    ] = None,
+    os_name: Annotated[
+        str,
+        typer.Option("--os", help=f"Node OS: {', '.join(lab.OS_RELEASES)}."),
+    ] = lab.DEFAULT_OS,
 ) -> None:
-    """Start the lab (build the cached Debian 12 image first if needed). Idempotent."""
-    result = lab.up(nodes - 1, profile)
+    """Start the lab (build the cached base image of the node OS first if needed). Idempotent."""
+    result = lab.up(nodes - 1, lab.DEFAULT_PROFILE, os_name, profile or None)
     console = err_console()
     if result.base_built:
-        console.print("built the Debian 12 base image (cached for next time)")
+        console.print(f"built the {escape(os_name)} base image (cached for next time)")
     started = ", ".join(result.started) or "none (already running)"
     console.print(f"lab up in {result.seconds:.1f} s; started: {escape(started)}")
     _print_status(result.status)

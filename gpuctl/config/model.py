@@ -29,7 +29,7 @@ from gpuctl.config.nodesets import (
     expand_in_order,
     nodeset_value,
 )
-from gpuctl.config.values import HostName, LoginName, unsafe_values
+from gpuctl.config.values import HostName, LoginName, NoProxyEntry, unsafe_values
 
 SCHEMA_VERSION = 1
 
@@ -70,7 +70,11 @@ NodeSetStr = Annotated[
         examples=["gpu[001-064]"],
     ),
 ]
-Url = Annotated[str, Field(pattern=r"^(https?|file)://\S+$")]
+# RFC 3986 has no unencoded quote, backslash, brace, angle bracket, pipe, caret or backtick: a
+# URL without them cannot end the quoted string of apt.conf or a line of sources.list early
+Url = Annotated[str, Field(pattern=r"^(https?|file)://[^\s\"\\<>{}|^`]+$")]
+# an absolute directory: plain path components, none starting with a dot (no `.`, `..`)
+AbsPath = Annotated[str, Field(pattern=r"^(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)+$", max_length=255)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
@@ -112,12 +116,79 @@ class Ssh(_Strict):
     connect_timeout_s: int = Field(10, ge=1, le=600, description="SSH connect timeout in seconds.")
 
 
+# an apt suite: a distribution or a flat path ending in "/" ("./"); a component
+_APT_SUITE = r"^(\./|[A-Za-z0-9][A-Za-z0-9._~+/-]*)$"
+_APT_COMPONENT = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
+
+
+class SlurmSource(_Strict):
+    """A package repository with Slurm, added by the Slurm roles on every node that runs Slurm
+    (controller, compute and login nodes), its packages preferred over the OS's (apt: a pin at
+    priority 1001 on the repository's host; dnf: repository priority 1)."""
+
+    url: Url = Field(description="apt: the repository URL (before the suite); dnf: the baseurl.")
+    suite: Annotated[str, Field(pattern=_APT_SUITE, max_length=128)] | None = Field(
+        None,
+        description="apt only: a distribution (`jammy`) or a flat repository's path ending in "
+        "`/` (`./`); null = the node's codename. Must be null for dnf.",
+    )
+    components: list[Annotated[str, Field(pattern=_APT_COMPONENT, max_length=64)]] | None = Field(
+        None,
+        max_length=16,
+        description="apt only: the components; null = `[main]`, or `[]` for a flat suite "
+        "(which must have none). Must be null for dnf.",
+    )
+    packages: Literal["distribution", "schedmd"] = Field(
+        "distribution",
+        description="Package names: `distribution` (Debian/Ubuntu `slurmd`, `slurmctld`, "
+        "`slurm-client`; EL `slurm`, `slurm-slurmd`, `slurm-slurmctld`) or `schedmd` (SchedMD's "
+        "own packaging: Debian/Ubuntu `slurm-smd-*`; EL the same names as `distribution`).",
+    )
+    gpg_key: Url | None = Field(
+        None,
+        description="URL of the repository's signing key (apt: armored, kept as "
+        "`/etc/apt/keyrings/gpuctl-slurm.asc` for `signed-by`; dnf: `gpgkey`); required unless "
+        "`trusted`.",
+    )
+    trusted: bool = Field(
+        False,
+        description="An unsigned repository (a site or lab repository): apt `[trusted=yes]`, dnf "
+        "`gpgcheck=0`. An explicit opt-in; give `gpg_key` or `trusted: true`, not both.",
+    )
+
+    @model_validator(mode="after")
+    def _signed_and_shaped(self) -> SlurmSource:
+        if self.gpg_key is None and not self.trusted:
+            raise ValueError(
+                "give gpg_key (the URL of the repository's signing key) or trusted: true (an "
+                "unsigned site repository)"
+            )
+        if self.gpg_key is not None and self.trusted:
+            raise ValueError("give gpg_key or trusted: true, not both")
+        flat = self.suite is not None and self.suite.endswith("/")
+        if flat and self.components:
+            raise ValueError(f'suite "{self.suite}" is a flat repository: components must be []')
+        if not flat and self.components == []:
+            raise ValueError(
+                "components is [] but suite is a distribution (null = the node's codename): "
+                "name the components, or end suite with / for a flat repository"
+            )
+        return self
+
+
 class PackageSources(_Strict):
     """Where packages come from. Point every URL at your own mirror for an air-gapped cluster."""
 
     os_mirror: Url | None = Field(
         None,
-        description="Mirror of the OS distribution (apt or dnf); null keeps the nodes' sources.",
+        description="Mirror of the OS distribution archive (Debian, Ubuntu: apt); it replaces "
+        "the nodes' OS sources (`<codename>`, `<codename>-updates`; Ubuntu also "
+        "`<codename>-security`). null keeps the nodes' sources. EL: not supported yet.",
+    )
+    os_security_mirror: Url | None = Field(
+        None,
+        description="Debian only, with `os_mirror`: mirror of Debian's security archive "
+        "(`<codename>-security`); null: no security source while `os_mirror` is set.",
     )
     cuda: Url | None = Field(
         "https://developer.download.nvidia.com/compute/cuda/repos",
@@ -133,10 +204,11 @@ class PackageSources(_Strict):
         "https://github.com/NVIDIA/nccl-tests.git",
         description="Git URL of nccl-tests (or a mirror of it).",
     )
-    slurm: Url | None = Field(
+    slurm: SlurmSource | None = Field(
         None,
-        description="Repository with Slurm packages at `software.slurm`; null = the "
-        "distribution's repositories.",
+        description="A package repository the Slurm roles add for Slurm (a site repository or "
+        "SchedMD-built packages), preferred over the OS's own Slurm packages; needs "
+        "`software.slurm`. null = the OS's repositories (EL: EPEL, which gpuctl enables).",
     )
     pypi_index: Url | None = Field(
         None,
@@ -150,8 +222,21 @@ class PackageSources(_Strict):
         "copied to the nodes for `slurm.health_check`, which then need no package index.",
     )
     http_proxy: Url | None = Field(
-        None, description="HTTP(S) proxy the nodes use for package downloads."
+        None,
+        description="HTTP(S) proxy the nodes use for every download: apt/dnf (a 0600 config "
+        "file), git, pip and file downloads (the plays' environment).",
     )
+    no_proxy: list[NoProxyEntry] = Field(
+        default_factory=list,
+        description="Host names, domains (`.example.org`) or IP addresses the nodes reach "
+        "without `http_proxy` (a site mirror); localhost is always direct.",
+    )
+
+    @model_validator(mode="after")
+    def _security_mirror_needs_mirror(self) -> PackageSources:
+        if self.os_security_mirror is not None and self.os_mirror is None:
+            raise ValueError("os_security_mirror is used only with os_mirror; set both or neither")
+        return self
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,6 +258,12 @@ class Driver(_Strict):
     kernel_modules: KernelModules = Field(
         KernelModules.OPEN,
         description="`open` (default since R560, required on Blackwell) or `proprietary`.",
+    )
+    secure_boot_signed: bool = Field(
+        False,
+        description="The nodes sign the driver's DKMS modules with a key their firmware trusts "
+        "(a MOK enrolled, DKMS set to sign). false: a node with Secure Boot on stops before "
+        "the driver is installed, since the kernel would refuse the unsigned modules.",
     )
 
 
@@ -248,6 +339,14 @@ class Software(_Strict):
         description="NVIDIA Firmware Tools (package `mft`, from the site's DOCA/MLNX mirror), "
         "for `gpuctl rollout --component nic-firmware`; null = not installed by gpuctl.",
     )
+    unverified_versions: list[Literal["cuda", "nccl", "dcgm", "gpu_models", "slurm"]] = Field(
+        default_factory=list,
+        description="Versions the preflight version gate may let through although it has no "
+        "rule for them (a CUDA minor, DCGM major or GPU model its tables do not list, an NCCL "
+        "version without `+cudaX.Y`, a Slurm release series without a cgroup rule): reported "
+        "as warnings instead of refused. Empty = every version without a rule is refused "
+        "(docs/compatibility.md).",
+    )
 
     @model_validator(mode="after")
     def _cuda_major_minor(self) -> Software:
@@ -295,6 +394,15 @@ class Gpus(_Strict):
         "`none` for one GPU, `nvswitch` for a full NVSwitch baseboard, else `nvlink` where the "
         "model has it, else `pcie-switch`.",
     )
+    cpu_affinity: list[Annotated[int, Field(ge=0, le=15)]] | None = Field(
+        None,
+        description="CPU socket each GPU hangs off, one entry per GPU in `/dev/nvidiaN` order, "
+        "e.g. `[0, 0, 0, 0, 1, 1, 1, 1]` (`nvidia-smi topo -m`: NUMA Affinity, on nodes with "
+        "one NUMA node per socket). Written to gres.conf as `Cores=`: all cores of that socket, "
+        "since Slurm binds GPUs to whole sockets (gres.conf(5)). Required for a compute group "
+        "of several sockets unless `slurm.gres_autodetect` is `nvml` (NVML detects it); "
+        "null on one socket = no `Cores=`.",
+    )
 
 
 class Cpu(_Strict):
@@ -319,7 +427,8 @@ class Nic(_Strict):
     )
     rails: bool = Field(
         False,
-        description="Rail-optimized: the i-th device of every node connects to rail i.",
+        description="Not supported yet: `true` is refused (nothing reads a rail numbering; "
+        "ib_write_bw pairs HCAs by index either way).",
     )
 
 
@@ -436,9 +545,16 @@ class NodeGroup(_Strict):
         min_length=1, description="`controller`, `login`, `compute` (one or more)."
     )
     gpus: Gpus | None = Field(None, description="GPUs per node; null for CPU-only nodes.")
-    cpu: Cpu | None = Field(None, description="CPU layout (Slurm NodeName); null = undeclared.")
+    cpu: Cpu | None = Field(
+        None,
+        description="CPU layout (Slurm NodeName); required for compute groups (Slurm reads a "
+        "missing one as 1 CPU). null = undeclared.",
+    )
     memory_mb: int | None = Field(
-        None, ge=1, description="Memory Slurm may allocate (RealMemory), MiB."
+        None,
+        ge=1,
+        description="Memory Slurm may allocate (RealMemory), MiB, at most what `slurmd -C` "
+        "reports; required for compute groups (Slurm's default is 1 MiB).",
     )
     nics: list[Nic] = Field(default_factory=list, description="High-speed network adapters.")
     validation: GroupValidation = Field(
@@ -645,6 +761,13 @@ class Slurm(_Strict):
     )
     cluster_name: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,40}$")] | None = Field(
         None, description="ClusterName; null = the cluster's `name`."
+    )
+    state_save_location: AbsPath = Field(
+        "/var/lib/slurm/slurmctld",
+        description="StateSaveLocation: the directory where slurmctld keeps its state (the "
+        "controller role creates it, owned by SlurmUser). With `backup_controller` it must be "
+        "given explicitly, on storage both controllers mount (slurm.conf(5)); gpuctl mounts "
+        "nothing.",
     )
     partitions: list[Partition] = Field(min_length=1, description="Partitions.")
     gres_autodetect: Literal["off", "nvml"] = Field(

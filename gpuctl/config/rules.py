@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuctl.config.catalog import gpu_spec, ib_rates, roce_rates
 from gpuctl.config.values import is_host
@@ -26,7 +26,8 @@ _MANAGED = """
 ClusterName SlurmctldHost ControlMachine BackupController SlurmUser AuthType StateSaveLocation
 SlurmdSpoolDir SlurmctldPidFile SlurmdPidFile SlurmctldPort SlurmdPort ProctrackType TaskPlugin
 SelectType SelectTypeParameters GresTypes TopologyPlugin ReturnToService SlurmctldLogFile
-SlurmdLogFile SchedulerType NodeName PartitionName
+SlurmdLogFile SchedulerType NodeName PartitionName PropagateResourceLimitsExcept
+PropagateResourceLimits
 """
 MANAGED_SLURM_KEYS = frozenset(k.lower() for k in _MANAGED.split())
 # written by gpuctl only while slurm.health_check is enabled (else slurm.extra may set them)
@@ -68,11 +69,70 @@ def check_rules(cluster: Cluster) -> None:
     _software(cluster, out)
     _fabrics(cluster, nodes, out)
     _slurm(cluster, nodes, out)
+    _slurm_source(cluster, out)
     _ssh(cluster, out)
     _rollout(cluster, nodes, out)
     _group_name_collisions(cluster, out)
+    _thresholds_not_enforced(cluster, out)
+    _rails_not_supported(cluster, out)
     if out:
         raise RuleViolations(out)
+
+
+# Thresholds the model has but no judge reads yet (tests/unit/test_no_dead_settings.py): a set
+# value is refused rather than silently ignored. fleet_relative_min is read cluster-wide only.
+UNENFORCED_THRESHOLDS = (
+    "ib_write_lat_p99_us",
+    "pcie_h2d_gbs",
+    "pcie_d2h_gbs",
+    "remapped_rows_failure_max",
+    "xid_fatal",
+    "ib_link_flaps_max",
+)
+
+
+def _thresholds_not_enforced(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
+    places: list[tuple[Loc, Any, tuple[str, ...]]] = [
+        (("validation", "thresholds"), cluster.validation.thresholds, UNENFORCED_THRESHOLDS)
+    ]
+    for i, group in enumerate(cluster.node_groups):
+        places.append(
+            (
+                ("node_groups", i, "validation", "thresholds"),
+                group.validation.thresholds,
+                (*UNENFORCED_THRESHOLDS, "fleet_relative_min"),
+            )
+        )
+    for loc, thresholds, keys in places:
+        for key in keys:
+            if getattr(thresholds, key) is not None:
+                where = "per node group" if key == "fleet_relative_min" else "by any check"
+                out.append(
+                    (
+                        (*loc, key),
+                        f"not enforced yet: no check reads {key} {where}; remove it"
+                        + (
+                            " (validation.thresholds.fleet_relative_min is)"
+                            if key == "fleet_relative_min"
+                            else ""
+                        ),
+                    )
+                )
+
+
+def _rails_not_supported(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
+    """nics[].rails is refused: no role, file or check reads a rail numbering yet (ib_write_bw
+    pairs a node's HCAs with its peer's by index either way)."""
+    for i, group in enumerate(cluster.node_groups):
+        for j, nic in enumerate(group.nics):
+            if nic.rails:
+                out.append(
+                    (
+                        ("node_groups", i, "nics", j, "rails"),
+                        "not supported yet: nothing reads a rail numbering (the ib_write_bw "
+                        "pairs match HCAs by index either way); remove it",
+                    )
+                )
 
 
 _NODE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
@@ -380,6 +440,20 @@ def _fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, str]]
             for key in ("subnet_manager", "ipoib"):
                 if getattr(fab, key) is not None:
                     out.append(((*base, key), f"{key} applies to InfiniBand fabrics only"))
+            # With trust dscp the NIC maps DSCP to priority by its default table, dscp >> 3
+            # (26 -> 3); NCCL (NCCL_IB_TC) and RDMA-CM send with qos.dscp, and only
+            # qos.pfc_priority is lossless
+            qos = fab.qos
+            if qos is not None and qos.trust == "dscp" and qos.dscp >> 3 != qos.pfc_priority:
+                out.append(
+                    (
+                        (*base, "qos", "dscp"),
+                        f"dscp {qos.dscp} maps to priority {qos.dscp >> 3} (the default "
+                        f"DSCP-to-priority map is dscp >> 3), not pfc_priority "
+                        f"{qos.pfc_priority}: RoCE traffic would ride a lossy class; pick a dscp "
+                        f"from {qos.pfc_priority * 8} to {qos.pfc_priority * 8 + 7}",
+                    )
+                )
         allowed = allowed_rates(fab)
         if fab.rate_gbps is not None and allowed and fab.rate_gbps not in allowed:
             kind = fab.generation.value.upper() if fab.generation else "RoCE"
@@ -559,6 +633,17 @@ def _slurm(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, str]]) 
             out.append((("slurm", key), f"{host} is in a node group without the controller role"))
     if slurm.backup_controller is not None and slurm.backup_controller == slurm.controller:
         out.append((("slurm", "backup_controller"), "the backup controller is the controller"))
+    if slurm.backup_controller is not None and "state_save_location" not in slurm.model_fields_set:
+        out.append(
+            (
+                ("slurm", "backup_controller"),
+                "a backup controller resumes from the state the primary saved: slurm.conf(5) "
+                "needs StateSaveLocation readable and writable by both controllers; set "
+                "slurm.state_save_location to a directory on storage both mount (gpuctl mounts "
+                "nothing; the default /var/lib/slurm/slurmctld is local to each)",
+            )
+        )
+    _slurm_nodes(cluster, out)
     if not any("controller" in r for r in roles.values()):
         out.append((("node_groups",), "no node group has the controller role"))
     if not any("compute" in r for r in roles.values()):
@@ -648,6 +733,89 @@ def _slurm(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, str]]) 
                 "set one",
             )
         )
+
+
+def _slurm_source(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
+    """package_sources.slurm: the version is pinned (the preflight gate reads it before the
+    Slurm roles add the repository, and every node gets the same one)."""
+    source = cluster.package_sources.slurm
+    if source is None:
+        return
+    version = cluster.software.slurm
+    if version is None:
+        out.append(
+            (
+                ("package_sources", "slurm"),
+                "a Slurm repository needs software.slurm (the version to install): the "
+                "preflight gate checks it against the nodes' cgroup version before the "
+                "repository is added, and every node must get the same version",
+            )
+        )
+
+
+def _slurm_nodes(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
+    """What each compute group's NodeName and gres.conf lines need to describe the hardware."""
+    nvml = cluster.slurm.gres_autodetect == "nvml"
+    for i, group in enumerate(cluster.node_groups):
+        base: Loc = ("node_groups", i)
+        compute = any(r.value == "compute" for r in group.roles)
+        if compute and group.cpu is None:
+            out.append(
+                (
+                    (*base, "cpu"),
+                    "compute nodes need cpu (sockets, cores_per_socket, threads_per_core): "
+                    "without it slurm.conf's NodeName line leaves Slurm at 1 CPU per node",
+                )
+            )
+        if compute and group.memory_mb is None:
+            out.append(
+                (
+                    (*base, "memory_mb"),
+                    "compute nodes need memory_mb (RealMemory, at most what `slurmd -C` "
+                    "reports): Slurm's default is 1 MiB, which with CR_*_Memory and "
+                    "ConstrainRAMSpace gives every job a 1 MiB memory limit",
+                )
+            )
+        gpus = group.gpus
+        if gpus is None:
+            continue
+        loc: Loc = (*base, "gpus", "cpu_affinity")
+        affinity = gpus.cpu_affinity
+        if affinity is not None:
+            if nvml:
+                out.append(
+                    (
+                        loc,
+                        "slurm.gres_autodetect nvml detects each GPU's cores; leave "
+                        "cpu_affinity out or set gres_autodetect off",
+                    )
+                )
+            if len(affinity) != gpus.count:
+                out.append(
+                    (loc, f"{len(affinity)} entries for {gpus.count} GPUs; give one per GPU")
+                )
+            if group.cpu is None:
+                out.append((loc, "cpu_affinity names sockets: declare cpu (sockets, cores)"))
+            else:
+                beyond = sorted({s for s in affinity if s >= group.cpu.sockets})
+                if beyond:
+                    out.append(
+                        (
+                            loc,
+                            f"socket {', '.join(map(str, beyond))} does not exist: the nodes have "
+                            f"{group.cpu.sockets} (numbered from 0)",
+                        )
+                    )
+        elif compute and not nvml and group.cpu is not None and group.cpu.sockets > 1:
+            out.append(
+                (
+                    (*base, "gpus"),
+                    f"each GPU of a {group.cpu.sockets}-socket node hangs off one socket: give "
+                    "gpus.cpu_affinity (the socket of each GPU, e.g. from `nvidia-smi topo -m`) "
+                    "or set slurm.gres_autodetect: nvml; without either gres.conf has no Cores= "
+                    "and Slurm gives jobs CPUs far from their GPUs",
+                )
+            )
 
 
 def _ssh(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:

@@ -93,3 +93,15 @@ LoginName = Annotated[
     ),
 ]
 HostName = Annotated[str, BeforeValidator(_host)]
+
+
+def _proxy_exception(value: Any) -> Any:
+    if isinstance(value, str) and not is_host(value.removeprefix(".")):
+        raise ValueError(
+            f"{value[:80]!r} is neither an IP address, a host name nor a domain (.example.org)"
+        )
+    return value
+
+
+# An entry of no_proxy: what apt, git, pip and Python's urllib all read the same way
+NoProxyEntry = Annotated[str, BeforeValidator(_proxy_exception)]

@@ -23,7 +23,7 @@ from ClusterShell.NodeSet import NodeSet
 from gpuctl import __version__
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds, nodes
-from gpuctl.config.model import Cluster, NodeGroup, RoceQos
+from gpuctl.config.model import Cluster, NodeGroup, RoceQos, Slurm
 from gpuctl.config.rules import (
     ansible_group_name,
     effective_interconnect,
@@ -391,6 +391,36 @@ def _interconnect(group: NodeGroup) -> str | None:
     return effective_interconnect(group.gpus.model.value, group.gpus.count, group.gpus.interconnect)
 
 
+def _no_proxy(hosts: list[str]) -> list[str]:
+    """What the nodes reach without the proxy: always themselves, then cluster.yml's list."""
+    return list(dict.fromkeys(["localhost", "127.0.0.1", "::1", *hosts]))
+
+
+def _proxy_environment(proxy: str | None, hosts: list[str]) -> dict[str, str]:
+    """The plays' environment for ``http_proxy``: both spellings, which programs differ on
+    (curl reads only lower-case http_proxy; Python and git read either)."""
+    if proxy is None:
+        return {}
+    direct = ",".join(_no_proxy(hosts))
+    env: dict[str, str] = {}
+    for name, value in (("http_proxy", proxy), ("https_proxy", proxy), ("no_proxy", direct)):
+        env[name] = value
+        env[name.upper()] = value
+    return env
+
+
+def _slurm_repository(cluster: Cluster) -> dict[str, Any] | None:
+    """package_sources.slurm for one role (a copy each: group_vars carries no YAML aliases)."""
+    source = cluster.package_sources.slurm
+    return source.model_dump(mode="json") if source is not None else None
+
+
+def _cgroup_plugins(slurm: Slurm) -> list[str]:
+    """The plugins of slurm.conf that slurmd runs through Slurm's cgroup plugin."""
+    plugins = ["proctrack/cgroup"] if slurm.proctrack == "cgroup" else []
+    return plugins + [p for p in slurm.task_plugins if p == "task/cgroup"]
+
+
 def _all_vars(cluster: Cluster) -> dict[str, Any]:
     """group_vars/all.yml: gpuctl's own facts, then each role's inputs under its own prefix."""
     sw = cluster.software
@@ -431,9 +461,19 @@ def _all_vars(cluster: Cluster) -> dict[str, Any]:
             "doca": sw.rdma.doca_version,
             "gpu_models": gpu_models,
         },
+        # versions the gate lets through without a rule (software.unverified_versions)
+        "preflight_unverified_versions": sorted(set(sw.unverified_versions)),
+        # where the nodes get packages: the OS mirror and the proxy (preflight/tasks/sources.yml)
+        "preflight_os_mirror": src.os_mirror,
+        "preflight_os_security_mirror": src.os_security_mirror,
+        "preflight_http_proxy": src.http_proxy,
+        "preflight_no_proxy": _no_proxy(src.no_proxy),
+        # every play's environment: git, pip, get_url and apt itself go through the proxy
+        "gpuctl_environment": _proxy_environment(src.http_proxy, src.no_proxy),
         "nvidia_driver_branch": sw.driver.branch,
         "nvidia_driver_version": sw.driver.version,
         "nvidia_driver_kernel_modules": sw.driver.kernel_modules.value,
+        "nvidia_driver_secure_boot_signed": sw.driver.secure_boot_signed,
         "nvidia_driver_repo_url": src.cuda,
         "fabric_manager_version": fm_version,
         "nccl_version": sw.nccl,
@@ -454,10 +494,18 @@ def _all_vars(cluster: Cluster) -> dict[str, Any]:
         "munge_key_generate": True,
         "munge_key_source_host": slurm.controller,
         "slurm_controller_host": slurm.controller,
+        "slurm_controller_state_dir": slurm.state_save_location,
         "slurm_controller_config_src": "{{ inventory_dir }}/slurm",
         "slurm_controller_package_version": sw.slurm,
+        "slurm_controller_repository": _slurm_repository(cluster),
         "slurm_node_config_src": "{{ inventory_dir }}/slurm",
         "slurm_node_package_version": sw.slurm,
+        "slurm_node_repository": _slurm_repository(cluster),
+        # the Slurm gate of the preflight role (tasks/slurm.yml): the version against the
+        # nodes' cgroup version, for the cgroup plugins slurm.conf names
+        "preflight_slurm_version": sw.slurm,
+        "preflight_slurm_repository": src.slurm is not None,
+        "preflight_slurm_cgroup_plugins": _cgroup_plugins(slurm),
         "slurm_node_health_check_program": HEALTH_CHECK_PROGRAM if health.enabled else "",
         # gpuctl's node check on the compute nodes (slurm.health_check)
         "gpuctl_node_check_enabled": health.enabled,
@@ -505,8 +553,13 @@ def _group_vars(cluster: Cluster, group: NodeGroup, gi: int) -> dict[str, Any]:
     rdma_devices = [n["device"] for n in nics]
     roce = [n for n in nics if n["kind"] == "roce"]
     qos_vars: dict[str, Any] = {}
+    # /etc/nccl.conf (the nccl role): only the lines that apply. NCCL does not use RDMA-CM and
+    # sends with traffic class 0 unless NCCL_IB_TC is set; on RoCE v2 the traffic class is the
+    # IP ToS byte, DSCP << 2, so NCCL rides the lossless class the roce_qos role sets up
+    nccl_conf: dict[str, Any] = {}
     if roce:
         qos = fabrics[str(roce[0]["fabric"])].qos or RoceQos()
+        nccl_conf["NCCL_IB_TC"] = qos.dscp << 2
         qos_vars = {
             "roce_qos_devices": [n["device"] for n in roce],
             "roce_qos_trust": qos.trust,
@@ -522,6 +575,7 @@ def _group_vars(cluster: Cluster, group: NodeGroup, gi: int) -> dict[str, Any]:
         "fabric_manager_enabled": _interconnect(group) == "nvswitch",
         "rdma_devices": rdma_devices,
         **qos_vars,
+        "nccl_conf": nccl_conf,
         "gpuctl_validation_level": (group.validation.level or cluster.validation.level).value,
         "gpuctl_thresholds": {
             k: v.value for k, v in effective_thresholds(cluster, group, gi).items()
@@ -574,6 +628,43 @@ def _node_lines(cluster: Cluster, group: NodeGroup) -> list[str]:
     return [f"NodeName={n} NodeAddr={a} {tail}" for n, a in zip(names, addrs, strict=True)]
 
 
+def _core_range(socket: int, per_socket: int) -> str:
+    first = socket * per_socket
+    return str(first) if per_socket == 1 else f"{first}-{first + per_socket - 1}"
+
+
+def _gres_lines(group: NodeGroup) -> list[dict[str, Any]]:
+    """gres.conf lines of one group: one for all its GPUs, or, with ``gpus.cpu_affinity``, one
+    per run of consecutive GPUs on the same socket with ``Cores=`` that socket's cores.
+
+    gres.conf(5): Cores= takes Slurm's logical core indices (core 0 is the first core of the
+    first socket, as lstopo's ``Core L#``; not OS CPU ids, not threads), and all cores of a
+    socket together, since Slurm co-allocates GPUs and CPUs by socket."""
+    gpus = group.gpus
+    if gpus is None:
+        return []
+    nodes = fold_sets([group.nodes])
+    gres_type = gpu_spec(gpus.model.value).gres_type
+    affinity = gpus.cpu_affinity
+    runs: list[tuple[int, int, int | None]] = []  # first GPU, last GPU, socket
+    for index in range(gpus.count):
+        socket = affinity[index] if affinity is not None else None
+        if runs and runs[-1][2] == socket:
+            runs[-1] = (runs[-1][0], index, socket)
+        else:
+            runs.append((index, index, socket))
+    per_socket = group.cpu.cores_per_socket if group.cpu is not None else 0
+    return [
+        {
+            "nodes": nodes,
+            "type": gres_type,
+            "files": f"/dev/nvidia{first}" if first == last else f"/dev/nvidia[{first}-{last}]",
+            "cores": None if socket is None else _core_range(socket, per_socket),
+        }
+        for first, last, socket in runs
+    ]
+
+
 def _template_context(cluster: Cluster) -> dict[str, Any]:
     slurm = cluster.slurm
     address = {n.name: n.address for n in nodes(cluster)}
@@ -599,15 +690,7 @@ def _template_context(cluster: Cluster) -> dict[str, Any]:
                 "state": part.state,
             }
         )
-    gres = [
-        {
-            "nodes": fold_sets([g.nodes]),
-            "type": gpu_spec(g.gpus.model.value).gres_type,
-            "files": "/dev/nvidia0" if g.gpus.count == 1 else f"/dev/nvidia[0-{g.gpus.count - 1}]",
-        }
-        for g in compute_groups
-        if g.gpus is not None
-    ]
+    gres = [line for g in compute_groups for line in _gres_lines(g)]
     topo_fab = topology_fabric(cluster)
     topology = None
     if topo_fab is not None and topo_fab.topology is not None:

@@ -267,7 +267,10 @@ class ClusterBackend:
         """The installed driver packages' version: dpkg-query, or rpm where there is no dpkg
         (exit 127 under `timeout`: command not found). The packages every flavour installs
         (nvidia_driver role, vars/<OS>.yml)."""
-        for family, pkgs in (("deb", ["nvidia-driver", "nvidia-smi"]), ("rpm", ["nvidia-driver"])):
+        for family, pkgs in (
+            ("deb", ["nvidia-driver", "nvidia-smi"]),
+            ("rpm", ["nvidia-driver-cuda"]),
+        ):
             fam: tools.PackageFamily = "deb" if family == "deb" else "rpm"
             probe = self.run(node, tools.driver_installed_argv(pkgs, fam))
             if probe.result.rc == 127:

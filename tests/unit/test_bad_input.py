@@ -475,7 +475,14 @@ def test_alias_bomb(runner: CliRunner, tmp_path: Path, text: str) -> None:
 def test_aliases_used_modestly_are_fine(runner: CliRunner, tmp_path: Path, valid_doc: Doc) -> None:
     valid_doc["slurm"]["cluster_name"] = "ALIAS"
     valid_doc["node_groups"].append(
-        {"name": "more", "nodes": "gpu[005-006]", "roles": ["compute"], "gpus": "ALIAS"}
+        {
+            "name": "more",
+            "nodes": "gpu[005-006]",
+            "roles": ["compute"],
+            "gpus": "ALIAS",
+            "cpu": {"sockets": 2, "cores_per_socket": 56, "threads_per_core": 2},
+            "memory_mb": 2000000,
+        }
     )
     text = _dump(valid_doc).replace("name: hgx-h100", "name: &cn hgx-h100", 1)
     text = text.replace("gpus:\n", "gpus: &g\n", 1).replace("gpus: ALIAS", "gpus: *g")

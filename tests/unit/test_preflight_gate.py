@@ -4,7 +4,11 @@ One run plays playbooks/preflight.yml (tag ``preflight_versions`` only) on a set
 hosts, each with its own ``preflight_versions``: the lab's set and the set of every example
 inventory pass; one set per rule breaks exactly that rule and fails, naming both sides and their
 versions. The rules come from the role's vars; a rule without a case here fails the test, and so
-does one that docs/compatibility.md does not list.
+does one that docs/compatibility.md does not list. The gate fails closed: a version no rule
+covers (a CUDA minor, DCGM major or GPU model missing from its table, an NCCL version without
+``+cudaX.Y``) stops the run naming the table, unless ``preflight_unverified_versions`` (cluster.yml
+``software.unverified_versions``) lists its key; DCGM 3, which the dcgm role cannot install, is
+refused even then.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ GOOD: dict[str, Any] = {
     "fabric_manager": "570.172.08",
     "cuda": "12.8",
     "nccl": "2.26.2-1+cuda12.8",
+    # DCGM 4 releases: 4.4.1 is the lab's (a published Depends line "datacenter-gpu-manager-4-core
+    # (= 1:4.4.1-1)", gpuctl/lab/repo_packages.yml); the examples pin 4.2.3, which dcgm-exporter
+    # 4.2.3-4.3.0 installs from NVIDIA's CUDA repository (NEW_DCGM_VERSION=4.2.3 in
+    # https://github.com/NVIDIA/dcgm-exporter/blob/a765d62c70de3976fb8dd5afe2d78f0894e4c813/hack/VERSION)
     "dcgm": "4.4.1",
     "rdma_stack": "inbox",
     "doca": None,
@@ -69,8 +77,14 @@ BAD: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             "fabric_manager": None,
             "cuda": None,
             "nccl": None,
+            "gpu_models": [],
         },
         ("driver 418.87.01", "R450", "DCGM 4.4.1"),
+    ),
+    "dcgm-major-the-role-installs": (
+        # DCGM 4.x.y with x.y not a release would pass; only the major is the role's business
+        {"dcgm": "3.3.8"},
+        ("DCGM 3.3.8 is not DCGM 4", "datacenter-gpu-manager-4-*"),
     ),
     "gpu-model-minimum-driver": (
         {"gpu_models": ["b200"], "driver": "570.124.06", "fabric_manager": "570.124.06"},
@@ -90,6 +104,8 @@ BAD: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ("rdma_stack doca-ofed", "DOCA version"),
     ),
 }
+# DCGM 3 has no row in dcgm_minimum_driver either: that rule reports it too
+ALSO = {"dcgm-major-the-role-installs": ("dcgm-minimum-driver",)}
 # rule id -> (changes to GOOD, words of the warning); the run goes on
 WARN: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "inbox-gpudirect-rdma-needs-open-modules": (
@@ -98,6 +114,21 @@ WARN: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
 }
 UNKNOWN_CUDA = ({"cuda": "12.7"}, ("cuda 12.7 is not in the table cuda_minimum_driver",))
+# key of the version set -> (changes to GOOD no rule covers, words of the finding): an error,
+# or with the key in preflight_unverified_versions a warning
+UNKNOWN: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "cuda": UNKNOWN_CUDA,
+    "gpu_models": (
+        {"gpu_models": ["h100-sxm", "gb200"]},
+        (
+            "gpu_models gb200 is not in the table gpu_model_minimum_driver",
+            "b200, h100-nvl, h100-sxm",
+        ),
+    ),
+    "nccl": ({"nccl": "2.26.2-1"}, ("nccl 2.26.2-1 does not name the CUDA it is built for",)),
+    # DCGM 5 is no DCGM 4 either: refused twice, and the override lifts only the table's part
+    "dcgm": ({"dcgm": "5.0.0"}, ("dcgm 5.0.0 is not in the table dcgm_minimum_driver (4)",)),
+}
 
 
 def _examples(tmp: Path) -> dict[str, dict[str, Any]]:
@@ -114,12 +145,25 @@ def _examples(tmp: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _run(hosts: dict[str, dict[str, Any]], tmp: Path) -> tuple[int, dict[str, list[Any]], str]:
-    """Play the gate on ``hosts`` (name -> preflight_versions); results per host, in order."""
+def _run(
+    hosts: dict[str, dict[str, Any]],
+    tmp: Path,
+    unverified: dict[str, list[str]] | None = None,
+) -> tuple[int, dict[str, list[Any]], str]:
+    """Play the gate on ``hosts`` (name -> preflight_versions; ``unverified``: name ->
+    preflight_unverified_versions); results per host, in order."""
+    unverified = unverified or {}
+
+    def host_vars(name: str, versions: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"preflight_versions": versions}
+        if name in unverified:
+            out["preflight_unverified_versions"] = unverified[name]
+        return out
+
     inventory = {
         "all": {
             "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
-            "hosts": {name: {"preflight_versions": v} for name, v in hosts.items()},
+            "hosts": {name: host_vars(name, v) for name, v in hosts.items()},
         }
     }
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
@@ -155,7 +199,23 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, list[
     for rule_id, (change, _words) in {**BAD, **WARN}.items():
         hosts[rule_id.replace("-", "_")] = {**GOOD, **change}
     hosts["unknown_cuda"] = {**GOOD, **UNKNOWN_CUDA[0]}
-    return _run(hosts, tmp)
+    unverified: dict[str, list[str]] = {}
+    for key, (change, _words) in UNKNOWN.items():
+        hosts[f"no_rule_{key}"] = {**GOOD, **change}
+        hosts[f"unverified_{key}"] = {**GOOD, **change}
+        unverified[f"unverified_{key}"] = [key]
+    # an override of another key lifts nothing
+    hosts["unverified_other_key"] = {**GOOD, **UNKNOWN["cuda"][0]}
+    unverified["unverified_other_key"] = ["dcgm", "nccl"]
+    return _run(hosts, tmp, unverified)
+
+
+def test_every_gpu_model_gpuctl_knows_has_a_driver_row() -> None:
+    """The gate refuses a model without a row: every model of cluster.yml's catalog has one."""
+    from gpuctl.config.model import GpuModel
+
+    tables = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__preflight_tables"]
+    assert sorted(tables["gpu_model_minimum_driver"]) == sorted(m.value for m in GpuModel)
 
 
 def test_every_rule_has_a_case_and_a_source() -> None:
@@ -187,7 +247,10 @@ def test_a_bad_set_fails_naming_both_sides(
     assert msg is not None, out[-3000:]
     assert msg.startswith("Incompatible versions: ")
     assert f"rule {rule_id}," in msg
-    assert msg.count("(rule ") == 1, msg  # that rule alone
+    also = ALSO.get(rule_id, ())
+    for other in also:
+        assert f"rule {other}," in msg
+    assert msg.count("(rule ") == 1 + len(also), msg  # that rule alone
     for words in BAD[rule_id][1]:
         assert words in msg, (words, msg)
     source = next(r["source"] for r in RULES if r["id"] == rule_id)
@@ -214,6 +277,81 @@ def test_a_cuda_version_missing_from_the_table_fails(
     assert msg is not None
     assert UNKNOWN_CUDA[1][0] in msg
     assert "12.6, 12.8, 12.9" in msg  # the known versions, in order
+
+
+@pytest.mark.parametrize("key", sorted(UNKNOWN))
+def test_a_version_without_a_rule_is_refused_naming_the_table(
+    gate: tuple[int, dict[str, list[Any]], str], key: str
+) -> None:
+    """Fail closed: no rule for a version is no pass."""
+    msg = _failure(gate[1][f"no_rule_{key}"])
+    assert msg is not None, gate[2][-3000:]
+    for words in UNKNOWN[key][1]:
+        assert words in msg, (words, msg)
+    assert f"list {key} in software.unverified_versions" in msg
+
+
+@pytest.mark.parametrize("key", sorted(UNKNOWN))
+def test_unverified_versions_turn_a_missing_rule_into_a_warning(
+    gate: tuple[int, dict[str, list[Any]], str], key: str
+) -> None:
+    results = gate[1][f"unverified_{key}"]
+    warnings = _warnings(results)
+    assert any(UNKNOWN[key][1][0] in w for w in warnings), warnings
+    assert all("unverified, as software.unverified_versions allows" in w for w in warnings)
+    msg = _failure(results)
+    if key == "dcgm":  # DCGM 5 is still not what the dcgm role installs
+        assert msg is not None
+        assert "rule dcgm-major-the-role-installs," in msg
+        assert msg.count("(rule ") == 1, msg
+    else:
+        assert msg is None, msg
+
+
+def test_an_override_of_another_key_lifts_nothing(
+    gate: tuple[int, dict[str, list[Any]], str],
+) -> None:
+    msg = _failure(gate[1]["unverified_other_key"])
+    assert msg is not None
+    assert UNKNOWN_CUDA[1][0] in msg
+
+
+def test_dcgm_3_is_refused_even_when_unverified(tmp_path: Path) -> None:
+    """The examples pinned 3.3.8, which the dcgm role (DCGM 4 packages only) cannot install."""
+    rc, results, out = _run({"dcgm3": {**GOOD, "dcgm": "3.3.8"}}, tmp_path, {"dcgm3": ["dcgm"]})
+    assert rc != 0
+    msg = _failure(results["dcgm3"])
+    assert msg is not None, out[-3000:]
+    assert "DCGM 3.3.8 is not DCGM 4" in msg
+
+
+def test_the_examples_pin_dcgm_4() -> None:
+    for path in sorted((REPO / "inventories").glob("*.yml")):
+        assert load_cluster(path).software.dcgm.split(".")[0] == "4", path.name
+    for path in sorted((REPO / "templates" / "init").glob("*.j2")):
+        pins = re.findall(r'^  dcgm: "?([0-9.]+)"?', path.read_text(), re.M)
+        assert pins, path.name
+        assert all(p.startswith("4.") for p in pins), (path.name, pins)
+
+
+def test_render_passes_the_override_to_the_gate(tmp_path: Path) -> None:
+    from gpuctl.config import load_cluster_text
+
+    text = (REPO / "inventories" / "lab.yml").read_text()
+    rendered = {}
+    for name, extra in (
+        ("plain", ""),
+        ("unverified", "  unverified_versions: [gpu_models, cuda]\n"),
+    ):
+        doc = text.replace("\nsoftware:\n", "\nsoftware:\n" + extra, 1)
+        assert extra == "" or doc != text
+        out = tmp_path / name
+        render_cluster(load_cluster_text(doc, "c"), out)
+        rendered[name] = yaml.safe_load((out / "group_vars" / "all.yml").read_text())
+    assert rendered["plain"]["preflight_unverified_versions"] == []
+    assert rendered["unverified"]["preflight_unverified_versions"] == ["cuda", "gpu_models"]
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["preflight_unverified_versions"] == []
 
 
 def test_docs_list_every_rule() -> None:

@@ -164,9 +164,10 @@ def test_slurm_files_of_the_example() -> None:
     assert "PartitionName=gpu Nodes=gpu[001-004] Default=YES MaxTime=7-00:00:00 State=UP" in conf
     assert "TopologyPlugin=topology/tree" in conf
     assert "PriorityType=priority/multifactor" in conf
-    assert (
-        "NodeName=gpu[001-004] Name=gpu Type=h100 File=/dev/nvidia[0-7]" in files["slurm/gres.conf"]
-    )
+    assert files["slurm/gres.conf"].splitlines()[1:] == [
+        "NodeName=gpu[001-004] Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=0-55",
+        "NodeName=gpu[001-004] Name=gpu Type=h100 File=/dev/nvidia[4-7] Cores=56-111",
+    ]
     topo = files["slurm/topology.conf"]
     assert "SwitchName=leaf01 Nodes=gpu[001-002]" in topo
     assert "SwitchName=spine Switches=leaf[01-02]" in topo

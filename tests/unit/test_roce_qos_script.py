@@ -186,6 +186,9 @@ class Device:
     ecn_np: list[int] = field(default_factory=lambda: [0, 0, 0, 1, 0, 0, 0, 0])
     ecn_rp: list[int] = field(default_factory=lambda: [0, 0, 0, 1, 0, 0, 0, 0])
     ecn_sysfs: bool = True
+    # DCQCN's congestion notifications: DSCP 48 on priority 6 (the role's defaults)
+    cnp_dscp: int = 48
+    cnp_prio: int = 6
     tos: int = 104
     roce_mode: str = "RoCE v2"
     cm_entry: bool = True
@@ -265,6 +268,8 @@ class FakeHost:
                 enable.mkdir(parents=True)
                 for prio, value in enumerate(values):
                     (enable / str(prio)).write_text(f"{value}\n")
+            (net / "ecn" / "roce_np" / "cnp_dscp").write_text(f"{dev.cnp_dscp}\n")
+            (net / "ecn" / "roce_np" / "cnp_802p_prio").write_text(f"{dev.cnp_prio}\n")
         if configfs and dev.cm_entry:
             for port in dev.ports:
                 cm = self.cm_port(dev.name, port)
@@ -341,6 +346,8 @@ def test_settings_rendered_from_the_role_hold_what_the_script_reads() -> None:
         "ROCE_QOS_PFC_PRIORITY": '"3"',
         "ROCE_QOS_TOS": '"104"',
         "ROCE_QOS_ECN": '"1"',
+        "ROCE_QOS_CNP_DSCP": '"48"',
+        "ROCE_QOS_CNP_PRIORITY": '"6"',
     }
 
 

@@ -137,8 +137,13 @@ def doc(valid_doc: Doc) -> Doc:
     assert valid_doc["node_groups"][0]["nodes"] == "head01"
     hgx = valid_doc["node_groups"][1]
     assert hgx["nodes"] == "gpu[001-004]"
-    assert hgx["gpus"] == {"model": "h100-sxm", "count": 8, "interconnect": "nvswitch"}
-    assert hgx["nics"] == [{"devices": "mlx5_[0-7]", "fabric": "ib", "rails": True}]
+    assert hgx["gpus"] == {
+        "model": "h100-sxm",
+        "count": 8,
+        "interconnect": "nvswitch",
+        "cpu_affinity": [0, 0, 0, 0, 1, 1, 1, 1],
+    }
+    assert hgx["nics"] == [{"devices": "mlx5_[0-7]", "fabric": "ib"}]
     assert [f["name"] for f in valid_doc["fabrics"]] == ["ib"]
     assert valid_doc["software"]["driver"]["version"] == "570.133.20"
     assert valid_doc["software"]["cuda"] == "12.8"

@@ -8,6 +8,11 @@ message and the ``source`` that documents it. Versions are compared with Ansible
 
 A rule whose sides are not set (null, missing, empty) does not apply; a ``requires`` rule with
 ``present: true`` is the exception: there the missing side is the finding.
+
+The gate fails closed: a version a table has no row for (a CUDA minor, a DCGM major, a GPU
+model), or one a rule cannot read (NCCL without its ``+cudaX.Y``), is an error that names the
+table, unless its key of the version set is in ``unverified`` (cluster.yml
+``software.unverified_versions``): then it is a warning and the run goes on.
 """
 
 from __future__ import annotations
@@ -76,22 +81,44 @@ def _branch(rule: Rule, versions: Mapping[str, Any], tables: Tables) -> list[str
     return [_message(rule, left_version=left, right_version=right)]
 
 
+class Unknown(str):
+    """A finding about a version no rule covers: an error unless the user lists its key in
+    ``software.unverified_versions`` (then a warning)."""
+
+    key: str
+
+    def __new__(cls, text: str, key: str) -> Unknown:
+        self = super().__new__(cls, text)
+        self.key = key
+        return self
+
+
+def _order(key: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in key.split(".")]
+
+
+def _unknown(rule: Rule, key: str, value: str, table: str, known: Sequence[str]) -> Unknown:
+    listed = ", ".join(sorted(known, key=_order))
+    return Unknown(
+        f"{key} {value} is not in the table {table} ({listed}): no rule says it works; add "
+        f"its row from the source, pick a listed {key}, or list {key} in "
+        f"software.unverified_versions to go on unchecked "
+        f"(rule {rule['id']}, source: {rule['source']})",
+        key,
+    )
+
+
 def _minimum_by_table(rule: Rule, versions: Mapping[str, Any], tables: Tables) -> list[str]:
-    """The left version is at least the table's row for each value of the right side."""
+    """The left version is at least the table's row for each value of the right side; a value
+    without a row is an ``Unknown`` finding."""
     con = rule["constraint"]
     table = tables[con["table"]]
     left = str(versions[rule["left"]])
-    out = []
+    out: list[str] = []
     for value in _values(versions[rule["right"]]):
         need = table.get(_key(value, con.get("key", "value")))
         if need is None:
-            if con.get("unknown", "skip") == "fail":
-                known = ", ".join(sorted(table, key=lambda k: [int(p) for p in k.split(".")]))
-                out.append(
-                    f"{rule['right']} {value} is not in the table {con['table']} ({known}); add "
-                    f"its row from the source, or pick a listed {rule['right']} "
-                    f"(rule {rule['id']}, source: {rule['source']})"
-                )
+            out.append(_unknown(rule, rule["right"], value, con["table"], list(table)))
             continue
         if not _at_least(left, str(need)):
             out.append(_message(rule, left_version=left, right_version=value, required=str(need)))
@@ -106,7 +133,16 @@ def _maximum_by_table(rule: Rule, versions: Mapping[str, Any], tables: Tables) -
     left = str(versions[rule["left"]])
     m = re.search(con["extract"], left)
     if m is None:
-        return []
+        return [
+            Unknown(
+                f"{rule['left']} {left} does not name the CUDA it is built for "
+                f"(no match for {con['extract']!r}): no rule says it works with the driver; "
+                f"pin a package version such as 2.26.2-1+cuda12.8, or list {rule['left']} in "
+                f"software.unverified_versions to go on unchecked "
+                f"(rule {rule['id']}, source: {rule['source']})",
+                rule["left"],
+            )
+        ]
     built = m.group(1)
     right = str(versions[rule["right"]])
     supported = [k for k, need in table.items() if _at_least(right, str(need))]
@@ -139,17 +175,30 @@ def _requires(rule: Rule, versions: Mapping[str, Any], tables: Tables) -> list[s
     return out
 
 
+def _one_of(rule: Rule, versions: Mapping[str, Any], tables: Tables) -> list[str]:
+    """The row the left version selects (``key``: value, major, major_minor) is one of
+    ``allowed``: what gpuctl's roles can install. Not a missing rule, so no override."""
+    con = rule["constraint"]
+    left = str(versions[rule["left"]])
+    if _key(left, con.get("key", "value")) in [str(a) for a in con["allowed"]]:
+        return []
+    return [_message(rule, left_version=left)]
+
+
 KINDS: dict[str, Callable[[Rule, Mapping[str, Any], Tables], list[str]]] = {
     "equal": _equal,
     "branch": _branch,
     "minimum_by_table": _minimum_by_table,
     "maximum_by_table": _maximum_by_table,
     "requires": _requires,
+    "one_of": _one_of,
 }
+# the kinds that compare one side only: they need no ``right``
+ONE_SIDED = ("requires", "one_of")
 
 
 def _applies(rule: Rule, versions: Mapping[str, Any]) -> bool:
-    needed = [rule["left"]] if rule["kind"] == "requires" else [rule["left"], rule["right"]]
+    needed = [rule["left"]] if rule["kind"] in ONE_SIDED else [rule["left"], rule["right"]]
     con = rule.get("constraint")
     if isinstance(con, Mapping):
         needed += con.get("if_set", [])
@@ -157,15 +206,25 @@ def _applies(rule: Rule, versions: Mapping[str, Any]) -> bool:
 
 
 def preflight_findings(
-    versions: Mapping[str, Any] | None, rules: Sequence[Rule], tables: Tables
+    versions: Mapping[str, Any] | None,
+    rules: Sequence[Rule],
+    tables: Tables,
+    unverified: Sequence[str] | None = None,
 ) -> list[Finding]:
-    """Every rule the version set breaks, in rule order."""
+    """Every rule the version set breaks, in rule order. A version no rule covers is an error
+    unless its key is in ``unverified``: then a warning."""
     versions = versions or {}
     if not isinstance(versions, Mapping):
         raise AnsibleFilterError("preflight_versions must be a mapping")
+    unverified = list(unverified or [])
+    if not all(isinstance(k, str) for k in unverified):
+        raise AnsibleFilterError("preflight_unverified_versions must be a list of keys")
     out: list[Finding] = []
     for rule in rules:
-        missing = {"id", "kind", "left", "right", "message", "source"} - set(rule)
+        required = {"id", "kind", "left", "message", "source"}
+        if rule.get("kind") not in ONE_SIDED:
+            required.add("right")
+        missing = required - set(rule)
         if missing:
             raise AnsibleFilterError(f"preflight rule {rule!r} lacks {sorted(missing)}")
         kind = KINDS.get(rule["kind"])
@@ -177,7 +236,13 @@ def preflight_findings(
         if not _applies(rule, versions):
             continue
         for message in kind(rule, versions, tables):
-            out.append({"id": str(rule["id"]), "severity": severity, "message": message})
+            level = severity
+            if isinstance(message, Unknown) and message.key in unverified:
+                level = "warning"
+                message = Unknown(
+                    f"unverified, as software.unverified_versions allows: {message}", message.key
+                )
+            out.append({"id": str(rule["id"]), "severity": level, "message": str(message)})
     return out
 
 
