@@ -39,13 +39,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ClusterShell.NodeSet import NodeSet
 
+from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.loader import load_cluster_text
-from gpuctl.lab import bmc, repo, wheelhouse
+from gpuctl.lab import bmc, repo, slurm_repo, wheelhouse
 from gpuctl.lab.sim import faults as sim_faults
 from gpuctl.lab.sim import kernel as sim_kernel
 from gpuctl.lab.sim import profiles as sim_profiles
+from gpuctl.lab.sim import sysroot as sim_sysroot
 from gpuctl.lab.system import LabError, require_root, run
 from gpuctl.lab.system import lab_dir as lab_dir
 from gpuctl.lab.system import run_dir as _run_dir
@@ -59,6 +62,9 @@ BASE_PACKAGES = (
     "openssh-server,python3,python3-apt,iproute2,sudo,systemd,systemd-sysv,dbus,iputils-ping"
 )
 DEBIAN_MIRROR = os.environ.get("GPUCTL_LAB_MIRROR", "http://deb.debian.org/debian")
+# node operating systems the lab builds (debootstrap suites); Debian 12 is the default
+OS_RELEASES = {"debian12": "bookworm", "debian13": "trixie"}
+DEFAULT_OS = "debian12"
 BOOT_TIMEOUT_S = 120
 
 
@@ -97,13 +103,18 @@ class UpResult:
 # Base image
 
 
-def ensure_base() -> bool:
-    """Build the cached Debian 12 base root once; True when it was built now."""
-    base = lab_dir() / "base"
+def base_dir(os_name: str = DEFAULT_OS) -> Path:
+    """The cached root of one node OS (Debian 12's keeps its old name, ``base``)."""
+    return lab_dir() / ("base" if os_name == DEFAULT_OS else f"base-{os_name}")
+
+
+def ensure_base(os_name: str = DEFAULT_OS) -> bool:
+    """Build the cached base root of ``os_name`` once; True when it was built now."""
+    base = base_dir(os_name)
     stamp = base / ".gpuctl-base-ok"
     if stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == BASE_PACKAGES:
         return False
-    tmp = lab_dir() / "base.tmp"
+    tmp = base.with_name(base.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     lab_dir().mkdir(parents=True, exist_ok=True)
     run(
@@ -111,7 +122,7 @@ def ensure_base() -> bool:
             "debootstrap",
             "--variant=minbase",
             f"--include={BASE_PACKAGES}",
-            "bookworm",
+            OS_RELEASES[os_name],
             str(tmp),
             DEBIAN_MIRROR,
         ],
@@ -181,7 +192,9 @@ def _mounted(path: Path) -> bool:
         return any(line.split()[1] == target for line in fh if len(line.split()) > 1)
 
 
-def prepare_root(name: str, hosts: list[tuple[str, str]], pubkey: str) -> Path:
+def prepare_root(
+    name: str, hosts: list[tuple[str, str]], pubkey: str, os_name: str = DEFAULT_OS
+) -> Path:
     d = _node_dir(name)
     root = d / "root"
     for sub in ("upper", "work", "root"):
@@ -194,7 +207,7 @@ def prepare_root(name: str, hosts: list[tuple[str, str]], pubkey: str) -> Path:
                 "overlay",
                 "overlay",
                 "-o",
-                f"lowerdir={lab_dir() / 'base'},upperdir={d / 'upper'},workdir={d / 'work'}",
+                f"lowerdir={base_dir(os_name)},upperdir={d / 'upper'},workdir={d / 'work'}",
                 str(root),
             ]
         )
@@ -420,9 +433,37 @@ DEFAULT_PROFILE = "hgx-h100-ndr"
 _IB_GENERATIONS = {100: "edr", 200: "hdr", 400: "ndr", 800: "xdr"}
 
 
-def lab_cluster_text(compute_nodes: int, profile: str) -> str:
-    """The running lab's cluster.yml: the lab starter, its hardware taken from the profile."""
-    text = starter("lab", compute_nodes)
+def parse_profiles(compute_nodes: int, profiles: list[str]) -> list[tuple[str, int]]:
+    """``--profile`` values as (profile, compute nodes): ``NAME`` alone takes every compute
+    node (one profile only); ``NAME:COUNT`` gives each profile its own node group."""
+    groups: list[tuple[str, int]] = []
+    for value in profiles:
+        name, sep, count = value.partition(":")
+        if name not in sim_profiles.names():
+            raise LabError(f"unknown profile {name!r}; profiles: {', '.join(sim_profiles.names())}")
+        if sep and not (count.isdigit() and 1 <= int(count) <= 16):
+            raise LabError(f"--profile {value!r}: the count after ':' must be 1 to 16")
+        groups.append((name, int(count) if sep else 0))
+    if len(groups) == 1 and groups[0][1] == 0:
+        return [(groups[0][0], compute_nodes)]
+    if any(n == 0 for _, n in groups) or len({g for g, _ in groups}) != len(groups):
+        raise LabError("several profiles: give each one once, with its node count (NAME:COUNT)")
+    if sum(n for _, n in groups) > 16:
+        raise LabError("at most 16 compute nodes in the lab")
+    return groups
+
+
+def lab_cluster_text(
+    compute_nodes: int,
+    profile: str,
+    os_name: str = DEFAULT_OS,
+    groups: list[tuple[str, int]] | None = None,
+) -> str:
+    """The running lab's cluster.yml: the lab starter, its hardware taken from the profile (or
+    one node group per profile of ``groups``), its package sources from the node OS."""
+    groups = groups or [(profile, compute_nodes)]
+    total = sum(n for _, n in groups)
+    text = starter("lab", total)
     # the lab's own key, absolute, so the file works from any directory
     text = text.replace("private_key: .gpuctl/lab/id_ed25519", f"private_key: {ssh_key()}")
     text = text.replace("known_hosts: .gpuctl/lab/known_hosts", f"known_hosts: {known_hosts()}")
@@ -431,46 +472,107 @@ def lab_cluster_text(compute_nodes: int, profile: str) -> str:
         "gpuctl_wheelhouse: /var/lib/gpuctl-lab/wheelhouse",
         f"gpuctl_wheelhouse: {wheelhouse.wheelhouse_dir()}",
     )
-    hw = sim_profiles.load(profile)
-    if profile == DEFAULT_PROFILE:
+    if groups == [(DEFAULT_PROFILE, total)] and os_name == DEFAULT_OS:
         return text  # the starter describes exactly this hardware (and keeps its comments)
     doc: dict[str, Any] = yaml.safe_load(text)
-    group = doc["node_groups"][1]
+    if os_name != DEFAULT_OS:
+        _os_package_sources(doc, os_name)
+    if len(groups) == 1:
+        fabric = _profile_group(doc["node_groups"][1], groups[0][0], doc["fabrics"][0], "")
+        doc["fabrics"] = [fabric] if fabric else []
+    else:
+        _split_groups(doc, groups)
+    driver = {str(sim_profiles.load(g).get("driver_version", "570.172.08")) for g, _ in groups}
+    if len(driver) != 1:
+        raise LabError(f"the profiles want different drivers ({', '.join(sorted(driver))})")
+    doc["software"]["driver"]["version"] = driver.pop()
+    described = ", ".join(
+        f"{g} x{n} ({sim_profiles.load(g).get('description', '')})" for g, n in groups
+    )
+    header = f"# gpuctl lab cluster.yml on {os_name}: simulated profiles {described}.\n"
+    return header + yaml.safe_dump(doc, sort_keys=False)
+
+
+def _os_package_sources(doc: dict[str, Any], os_name: str) -> None:
+    """A node OS other than Debian 12: its archive through the lab's apt-cacher-ng used as a
+    mirror (``http://<proxy>/deb.debian.org/debian``: no proxy setting on the nodes at all) and
+    Slurm from the lab's separate Slurm repository (slurm_repo.py)."""
+    src = doc["package_sources"]
+    src.pop("http_proxy", None)
+    src.pop("no_proxy", None)
+    src["os_mirror"] = f"{repo.PROXY_URL}/deb.debian.org/debian"
+    src["os_security_mirror"] = f"{repo.PROXY_URL}/security.debian.org/debian-security"
+    doc["software"]["slurm"] = slurm_repo.VERSIONS[OS_RELEASES[os_name]]
+    src["slurm"] = {
+        "url": slurm_repo.url(),
+        "suite": "./",
+        "components": [],
+        "packages": "schedmd",
+        "trusted": True,
+    }
+
+
+def _profile_group(
+    group: dict[str, Any], profile: str, leaf_fabric: dict[str, Any], suffix: str
+) -> dict[str, Any] | None:
+    """Give a node group the hardware of ``profile``; returns its fabric (None: no NICs)."""
+    hw = sim_profiles.load(profile)
     gpus = hw["gpus"]
     count = int(gpus["count"])
     interconnect = "nvswitch" if gpus.get("nvswitch") else ("none" if count == 1 else "pcie-switch")
     group["gpus"] = {"model": hw["model"], "count": count, "interconnect": interconnect}
+    # a model the catalog has no NCCL floor for (L40S PCIe: no source): the threshold an operator
+    # sets from a healthy run, 90 % of the busbw this profile's nodes measure
+    expected = (hw.get("expected") or {}).get("nccl_all_reduce_busbw_gbs")
+    if expected and gpu_spec(hw["model"]).thresholds.get("nccl_all_reduce_busbw_gbs") is None:
+        floor = round(float(expected) * 0.9, 1)
+        group["validation"] = {"thresholds": {"nccl_all_reduce_busbw_gbs": floor}}
     nics = hw.get("nics") or {}
     ports = [p["name"] for p in nics.get("ports") or []]
     if not ports:
-        doc["fabrics"] = []
         group.pop("nics", None)
+        return None
+    rate = int(nics["rate"])
+    fabric: dict[str, Any]
+    if nics.get("link_layer") == "InfiniBand":
+        fabric = {
+            "name": f"ib{suffix}",
+            "kind": "infiniband",
+            "generation": _IB_GENERATIONS[rate],
+            "subnet_manager": "switch",
+        }
     else:
-        rate = int(nics["rate"])
-        leaves = doc["fabrics"][0]["topology"]
-        if nics.get("link_layer") == "InfiniBand":
-            fabric = {
-                "name": "ib",
-                "kind": "infiniband",
-                "generation": _IB_GENERATIONS[rate],
-                "subnet_manager": "switch",
-                "topology": leaves,
-            }
-        else:
-            fabric = {"name": "roce", "kind": "roce", "rate_gbps": rate, "topology": leaves}
-        doc["fabrics"] = [fabric]
-        group["nics"] = [
-            {
-                "devices": ",".join(ports),
-                "fabric": fabric["name"],
-                "rails": fabric["kind"] == "infiniband",
-            }
-        ]
-    doc["software"]["driver"]["version"] = str(hw.get("driver_version", "570.172.08"))
-    header = (
-        f"# gpuctl lab cluster.yml: simulated profile {profile} ({hw.get('description', '')}).\n"
-    )
-    return header + yaml.safe_dump(doc, sort_keys=False)
+        fabric = {"name": f"roce{suffix}", "kind": "roce", "rate_gbps": rate}
+    # one profile: the starter's leaf (topology.conf); several: no topology, since topology.conf
+    # describes one fabric and Slurm places no job across nodes it does not connect
+    if leaf_fabric and not suffix:
+        fabric["topology"] = leaf_fabric["topology"]
+    group["nics"] = [{"devices": ",".join(ports), "fabric": fabric["name"]}]
+    return fabric
+
+
+def _split_groups(doc: dict[str, Any], groups: list[tuple[str, int]]) -> None:
+    """One node group per profile, in order over the starter's compute nodes, each with its own
+    fabric (no topology.conf); one partition over all of them."""
+    template = doc["node_groups"].pop(1)
+    names = list(NodeSet(template["nodes"]))
+    addresses = list(NodeSet(template["addresses"]))
+    bmcs = list(NodeSet(template["bmc_addresses"]))
+    fabrics: list[dict[str, Any]] = []
+    at = 0
+    for i, (profile, count) in enumerate(groups, start=1):
+        group = json.loads(json.dumps(template))
+        group["name"] = profile.replace("-", "_")
+        group["nodes"] = str(NodeSet.fromlist(names[at : at + count]))
+        group["addresses"] = ",".join(addresses[at : at + count])
+        group["bmc_addresses"] = ",".join(bmcs[at : at + count])
+        at += count
+        fabric = _profile_group(group, profile, {}, f"{i:02d}")
+        if fabric:
+            fabrics.append(fabric)
+        doc["node_groups"].append(group)
+    doc["fabrics"] = fabrics
+    doc["slurm"]["partitions"][0]["node_groups"] = [g["name"] for g in doc["node_groups"][1:]]
 
 
 def _write_hardware(name: str, profile: str) -> None:
@@ -479,6 +581,8 @@ def _write_hardware(name: str, profile: str) -> None:
     target = _node_dir(name) / "root" / "etc" / "gpuctl-lab" / "hardware.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(sim_profiles.profile_json(profile), encoding="utf-8")
+    # RoCE ports: a simulated sysfs for the QoS script, and the lab-only files that point it there
+    sim_sysroot.write(_node_dir(name) / "root", sim_profiles.load(profile))
 
 
 FIRMWARE_COMPONENTS = ("nic-firmware", bmc.GPU_COMPONENT, bmc.BMC_COMPONENT)
@@ -586,35 +690,50 @@ def clear_faults(name: str, fault: str | None = None) -> dict[str, Any]:
     return faults
 
 
-def up(compute_nodes: int = 2, profile: str = DEFAULT_PROFILE) -> UpResult:
+def up(
+    compute_nodes: int = 2,
+    profile: str = DEFAULT_PROFILE,
+    os_name: str = DEFAULT_OS,
+    profiles: list[str] | None = None,
+) -> UpResult:
+    """Start the lab: ``compute_nodes`` of ``profile``, or the node groups of ``profiles``
+    (``NAME:COUNT`` each, parse_profiles), on ``os_name`` (OS_RELEASES)."""
     require_root()
-    if profile not in sim_profiles.names():
-        raise LabError(f"unknown profile {profile!r}; profiles: {', '.join(sim_profiles.names())}")
+    if os_name not in OS_RELEASES:
+        raise LabError(f"unknown node OS {os_name!r}; choose one of: {', '.join(OS_RELEASES)}")
+    groups = parse_profiles(compute_nodes, profiles or [profile])
     start = time.monotonic()
-    text = lab_cluster_text(compute_nodes, profile)
+    text = lab_cluster_text(sum(n for _, n in groups), groups[0][0], os_name, groups)
     cluster = load_cluster_text(text, "lab")
     nodes = [(n.name, n.address or "", n.roles) for n in cluster_nodes(cluster)]
+    hardware = _hardware_of(cluster, groups)
     state = _load_state()
     previous = {n["name"] for n in state.get("nodes", [])}
     extra = previous - {n for n, _, _ in nodes}
     if extra:
         raise LabError(
             f"the lab runs {', '.join(sorted(extra))}, which --nodes "
-            f"{compute_nodes + 1} would drop; run gpuctl lab down first"
+            f"{len(nodes)} would drop; run gpuctl lab down first"
         )
-    built = ensure_base()
+    if previous and state.get("os", DEFAULT_OS) != os_name:
+        raise LabError(
+            f"the lab runs {state.get('os', DEFAULT_OS)}, not {os_name}; run gpuctl lab down first"
+        )
+    built = ensure_base(os_name)
     pub = Path(f"{ssh_key()}.pub").read_text(encoding="utf-8")
     ensure_bridge()
     hosts = [(n, a) for n, a, _ in nodes]
     started: list[str] = []
-    _save_state(nodes)  # before anything is started: `down` must know what to remove
+    _save_state(nodes, os_name)  # before anything is started: `down` must know what to remove
     repo.start_services()  # the apt proxy and the lab repository, on the bridge address
+    if os_name != DEFAULT_OS:
+        slurm_repo.build(OS_RELEASES[os_name])  # Debian's Slurm, served apart (cached)
     wheelhouse.build()  # gpuctl for the nodes' node check (they have no internet); cached
-    for name, address, roles in nodes:
+    for name, address, _roles in nodes:
         ensure_node_network(name, address)
-        repo.configure_node_apt(prepare_root(name, hosts, pub))
-        if "compute" in roles:
-            _write_hardware(name, profile)
+        repo.configure_node_apt(prepare_root(name, hosts, pub, os_name))
+        if name in hardware:
+            _write_hardware(name, hardware[name])
         if not node_running(name):
             start_node(name)
             started.append(name)
@@ -634,9 +753,20 @@ def up(compute_nodes: int = 2, profile: str = DEFAULT_PROFILE) -> UpResult:
     return UpResult(status(), tuple(started), built, time.monotonic() - start)
 
 
-def _save_state(nodes: list[tuple[str, str, tuple[str, ...]]]) -> None:
+def _hardware_of(cluster: Any, groups: list[tuple[str, int]]) -> dict[str, str]:
+    """Compute node -> its simulated profile: the compute groups in order, one per profile."""
+    compute = [g for g in cluster.node_groups if "compute" in {r.value for r in g.roles}]
+    out: dict[str, str] = {}
+    for group, (profile, _count) in zip(compute, groups, strict=True):
+        for name in NodeSet(group.nodes):
+            out[name] = profile
+    return out
+
+
+def _save_state(nodes: list[tuple[str, str, tuple[str, ...]]], os_name: str) -> None:
     data = {
         "nodes": [{"name": n, "address": a, "roles": list(r)} for n, a, r in nodes],
+        "os": os_name,
         "bridge": BRIDGE,
     }
     _state_file().write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

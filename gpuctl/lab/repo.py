@@ -52,6 +52,10 @@ SIM_PREFIX = "/usr/lib/gpuctl-lab-sim"
 PACKAGES_YML = Path(__file__).with_name("repo_packages.yml")
 APT_PROXY_CONF = "etc/apt/apt.conf.d/01gpuctl-lab-proxy"
 APT_SOURCE = "etc/apt/sources.list.d/gpuctl-lab.list"
+APT_PREFERENCES = "etc/apt/preferences.d/gpuctl-lab-standins"
+# stand-ins under names Debian's main archive also has: Debian 13's real versions (rdma-core 56.1,
+# perftest 25.01) are above the stand-ins', so the lab pins its own (a real cluster gets Debian's)
+DEBIAN_NAMED_STANDINS = ("infiniband-diags", "ibverbs-utils", "perftest")
 MORE_DIR = "more"  # the further versions' repository, under the lab repository
 ORIGIN = "gpuctl-lab"
 _STAMP = ".gpuctl-repo-stamp"
@@ -380,7 +384,9 @@ def _deb_control(deb: Path) -> str:
     return run(["dpkg-deb", "--field", str(deb)], timeout=60).stdout.rstrip("\n")
 
 
-def write_index(repo: Path, *, more: bool = False) -> None:
+def write_index(
+    repo: Path, *, more: bool = False, origin: str = ORIGIN, description: str | None = None
+) -> None:
     """Packages, Packages.gz and Release for a flat repository (``deb ... ./``); ``more``: the
     further versions' one, which apt uses only when asked (NotAutomatic, as backports)."""
     stanzas = []
@@ -397,10 +403,10 @@ def write_index(repo: Path, *, more: bool = False) -> None:
     (repo / "Packages").write_bytes(packages)
     with gzip.GzipFile(repo / "Packages.gz", "wb", mtime=0) as gz:
         gz.write(packages)
-    suite = f"{ORIGIN}-{MORE_DIR}" if more else ORIGIN
+    suite = f"{origin}-{MORE_DIR}" if more else origin
     release = [
-        f"Origin: {ORIGIN}",
-        f"Label: {ORIGIN}",
+        f"Origin: {origin}",
+        f"Label: {origin}",
         f"Suite: {suite}",
         f"Codename: {suite}",
         f"Date: {formatdate(usegmt=True)}",
@@ -410,7 +416,9 @@ def write_index(repo: Path, *, more: bool = False) -> None:
         # apt_preferences(5): priority 100 for such an archive: installed when asked for by
         # version (NAME=VERSION, what the roles install), upgraded once installed, else never
         release += ["NotAutomatic: yes", "ButAutomaticUpgrades: yes"]
-    release.append(f"Description: gpuctl lab package repository ({STANDIN_NOTICE}s)")
+    release.append(
+        f"Description: {description or f'gpuctl lab package repository ({STANDIN_NOTICE}s)'}"
+    )
     for field, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
         release.append(f"{field}:")
         for name in ("Packages", "Packages.gz"):
@@ -746,9 +754,23 @@ def source_list() -> str:
     )
 
 
+def standin_preferences() -> str:
+    return (
+        "# gpuctl lab: its SIMULATED stand-ins win over Debian's real packages of the same name\n"
+        f"Package: {' '.join(DEBIAN_NAMED_STANDINS)}\n"
+        f"Pin: release o={ORIGIN},a={ORIGIN}\n"
+        "Pin-Priority: 1001\n"
+    )
+
+
 def configure_node_apt(root: Path) -> None:
-    """Point a node's apt at the proxy and the lab repository (its root, before boot)."""
-    for rel, text in ((APT_PROXY_CONF, proxy_conf()), (APT_SOURCE, source_list())):
+    """Add the lab repository to a node's apt sources (its root, before boot), as a site's
+    mirror would be. No proxy: the proxy or OS mirror comes from cluster.yml's package_sources
+    when gpuctl provisions the node (preflight), so until then the node reaches no Debian
+    archive, as a fresh node behind a proxy does not. proxy_conf() is for tests that run apt on
+    unprovisioned nodes."""
+    (root / APT_PROXY_CONF).unlink(missing_ok=True)
+    for rel, text in ((APT_SOURCE, source_list()), (APT_PREFERENCES, standin_preferences())):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -17,6 +17,14 @@ from gpuctl.render import render_cluster
 REPO = Path(__file__).resolve().parents[2]
 
 
+# apt options for tests that install packages on nodes gpuctl has not provisioned: the lab gives
+# nodes no proxy (cluster.yml's package_sources does, at provisioning), so these tests name the
+# lab's apt proxy themselves, and reach the lab repository directly
+LAB_APT_PROXY = (
+    "-o Acquire::http::Proxy=http://198.18.0.1:3142 -o Acquire::http::Proxy::198.18.0.1=DIRECT"
+)
+
+
 def sh(
     address: str, command: str, *, stdin: str | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

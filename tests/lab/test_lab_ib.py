@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from lab_helpers import sh
+from lab_helpers import LAB_APT_PROXY, sh
 
 from gpuctl.lab import lab, repo
 from gpuctl.lab.sim import profiles
@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
 ]
 
-APT = "DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0"
+APT = f"DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0 {LAB_APT_PROXY}"
 PACKAGES = "infiniband-diags ibverbs-utils perftest mlnx-tools"
 NODES = ("gpu001", "gpu002")
 SERVER = "gpu002"
@@ -66,7 +66,8 @@ def _ibstat(address: str) -> dict[str, dict[str, object]]:
 
 def test_packages_install_under_debians_names(cluster: dict[str, str]) -> None:
     for name, address in cluster.items():
-        res = ssh(address, f"apt-get -q update && {APT} install {PACKAGES}", timeout=600)
+        install = f"apt-get -q {LAB_APT_PROXY} update && {APT} install {PACKAGES}"
+        res = ssh(address, install, timeout=600)
         assert res.returncode == 0, (name, res.stdout[-2000:] + res.stderr[-2000:])
         policy = ssh(address, "apt-cache policy infiniband-diags perftest").stdout
         assert "Installed: 44.0-2+gpuctllab1" in policy, policy

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from lab_helpers import sh
+from lab_helpers import LAB_APT_PROXY, sh
 
 from gpuctl.lab import lab, repo
 from gpuctl.lab.system import LabError
@@ -26,7 +26,7 @@ pytestmark = [
 ]
 
 DRIVER = "nvidia-open"  # NVIDIA's metapackage name for the R570 open-module driver
-APT = "DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0"
+APT = f"DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0 {LAB_APT_PROXY}"
 # nccl-tests from the lab's git mirror, built as on a real node (the nccl role does the same)
 NCCL_TESTS_BUILD = (
     f"{APT} install --no-install-recommends libnccl-dev cuda-nvcc-12-8 git make && "
@@ -62,7 +62,7 @@ def test_servers_listen_on_the_bridge_address_only(node: str) -> None:
 
 
 def test_apt_update_and_munge_through_the_proxy(node: str) -> None:
-    res = ssh(node, f"apt-get -q update && {APT} install munge")
+    res = ssh(node, f"apt-get -q {LAB_APT_PROXY} update && {APT} install munge")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     res = ssh(node, "munge -n | unmunge")
     assert "STATUS:" in res.stdout

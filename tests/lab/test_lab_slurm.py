@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_helpers import ansible, sh
+from lab_helpers import LAB_APT_PROXY, ansible, sh
 
 from gpuctl.lab import lab
 
@@ -96,8 +96,8 @@ def test_compute_nodes_have_their_gpu_device_files(running: lab.UpResult) -> Non
         res = ssh(
             running,
             name,
-            "apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "
-            "apt-get install -y -q nvidia-kernel-open-dkms >/dev/null && ls /dev",
+            f"apt-get {LAB_APT_PROXY} update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "
+            f"apt-get {LAB_APT_PROXY} install -y -q nvidia-kernel-open-dkms >/dev/null && ls /dev",
         )
         assert res.returncode == 0, res.stdout + res.stderr
         assert {f"nvidia{i}" for i in range(8)} <= set(res.stdout.split()), (name, res.stdout)

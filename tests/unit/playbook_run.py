@@ -30,3 +30,26 @@ def ansible_playbook(
         timeout=300,
         check=False,
     )
+
+
+def run_local_play(
+    tmp: Path, play: object, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Write ``play`` (a list of plays) to ``tmp/play.yml`` and run it on localhost with the
+    local connection and this interpreter; never raises on the playbook's exit status."""
+    import yaml
+
+    (tmp / "play.yml").write_text(yaml.safe_dump(play))
+    return ansible_playbook(
+        tmp,
+        [
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            str(tmp / "play.yml"),
+        ],
+        env,
+    )

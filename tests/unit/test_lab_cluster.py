@@ -10,6 +10,7 @@ from gpuctl.config import load_cluster_text
 from gpuctl.config.derived import summarize
 from gpuctl.lab import lab
 from gpuctl.lab.sim import profiles
+from gpuctl.lab.system import LabError
 
 
 @pytest.mark.parametrize("name", profiles.names())
@@ -47,3 +48,39 @@ def test_inventories_lab_yml_is_the_default_lab(
     ).replace("/var/lib/gpuctl-lab/wheelhouse", wheels).replace(
         ".gpuctl/lab/bmc/", f"{tmp_path / 'bmc'}/"
     )
+
+
+def test_several_profiles_make_one_node_group_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUCTL_LAB_DIR", str(tmp_path))
+    groups = lab.parse_profiles(0, ["a100-hdr:2", "l40s-pcie:2", "single-gpu:1"])
+    assert groups == [("a100-hdr", 2), ("l40s-pcie", 2), ("single-gpu", 1)]
+    cluster = load_cluster_text(lab.lab_cluster_text(5, "a100-hdr", "debian13", groups), "lab")
+    compute = {g.name: g for g in cluster.node_groups if g.gpus is not None}
+    assert {n: str(g.nodes) for n, g in compute.items()} == {
+        "a100_hdr": "gpu[001-002]",
+        "l40s_pcie": "gpu[003-004]",
+        "single_gpu": "gpu005",
+    }
+    assert [f.kind.value for f in cluster.fabrics] == ["infiniband", "roce"]
+    assert all(f.topology is None for f in cluster.fabrics)  # topology.conf holds one fabric
+    # no catalog floor for L40S: the threshold an operator sets from a healthy run
+    floor = compute["l40s_pcie"].validation.thresholds.nccl_all_reduce_busbw_gbs
+    assert floor == pytest.approx(17.8)
+    assert compute["a100_hdr"].validation.thresholds.nccl_all_reduce_busbw_gbs is None
+
+
+@pytest.mark.parametrize(
+    ("profiles", "says"),
+    [
+        (["nope:2"], "unknown profile"),
+        (["a100-hdr:0"], "1 to 16"),
+        (["a100-hdr:2", "l40s-pcie"], "with its node count"),
+        (["a100-hdr:2", "a100-hdr:1"], "give each one once"),
+        (["a100-hdr:9", "l40s-pcie:8"], "at most 16"),
+    ],
+)
+def test_bad_profile_lists_are_refused(profiles: list[str], says: str) -> None:
+    with pytest.raises(LabError, match=says):
+        lab.parse_profiles(2, profiles)

@@ -272,8 +272,19 @@ def test_second_build_is_a_no_op(built: Path) -> None:
 
 
 def test_node_apt_configuration(tmp_path: Path) -> None:
+    """The lab adds its repository to a node and no proxy: the proxy (or the OS mirror) comes
+    from cluster.yml's package_sources when gpuctl provisions the node; a stale lab proxy file
+    (from before this rule) is removed."""
+    stale = tmp_path / repo.APT_PROXY_CONF
+    stale.parent.mkdir(parents=True)
+    stale.write_text(repo.proxy_conf())
     repo.configure_node_apt(tmp_path)
-    proxy = (tmp_path / "etc/apt/apt.conf.d/01gpuctl-lab-proxy").read_text()
+    assert not stale.exists()
+    assert not list((tmp_path / "etc/apt/apt.conf.d").iterdir())
+    pin = (tmp_path / repo.APT_PREFERENCES).read_text()
+    assert "Pin: release o=gpuctl-lab,a=gpuctl-lab\nPin-Priority: 1001" in pin
+    assert "Package: infiniband-diags ibverbs-utils perftest\n" in pin
+    proxy = repo.proxy_conf()  # what tests use on unprovisioned nodes
     assert 'Acquire::http::Proxy "http://198.18.0.1:3142";' in proxy
     assert 'Acquire::http::Proxy::198.18.0.1 "DIRECT";' in proxy  # the lab repo, not proxied
     source = (tmp_path / "etc/apt/sources.list.d/gpuctl-lab.list").read_text()
@@ -302,7 +313,7 @@ def test_infiniband_stand_ins_use_debians_names_above_bookworms_versions(built: 
     assert specs["infiniband-diags"].bin == ("ibstat",)
     assert specs["ibverbs-utils"].bin == ("ibv_devinfo",)
     assert "ib_write_bw" in specs["perftest"].bin
-    assert specs["mlnx-tools"].bin == ("ibdev2netdev",)
+    assert specs["mlnx-tools"].bin == ("ibdev2netdev", "mlnx_qos")
     for name in (*bookworm, "mlnx-tools"):
         files = _contents(built / specs[name].deb_name)
         assert all(f"/usr/bin/{tool}" in files for tool in specs[name].bin)
@@ -397,7 +408,7 @@ def _apt_root(built: Path, tmp_path: Path, installed: dict[str, str]) -> list[st
     repository's stanza; "hold:" in front holds it)."""
     root = tmp_path / "root"
     repo.configure_node_apt(root)
-    (root / repo.APT_PROXY_CONF).unlink()
+    assert not (root / repo.APT_PROXY_CONF).exists()  # the lab gives nodes no proxy
     source = root / repo.APT_SOURCE
     source.write_text(source.read_text().replace(repo.REPO_URL, f"file:{built}"))
     for d in ("var/lib/apt/lists/partial", "var/cache/apt/archives/partial", "var/lib/dpkg"):

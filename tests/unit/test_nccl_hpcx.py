@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import pytest
 import yaml
-from playbook_run import ansible_playbook
+from playbook_run import run_local_play
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "playbooks" / "roles"
@@ -153,20 +152,7 @@ def _dropped(role: str, pin: dict[str, str], locks: str, tmp: Path) -> list[str]
             ],
         }
     ]
-    (tmp / "play.yml").write_text(yaml.safe_dump(play))
-    res = ansible_playbook(
-        tmp,
-        [
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(tmp / "play.yml"),
-        ],
-        {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.oneline"},
-    )
+    res = run_local_play(tmp, play, {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.oneline"})
     assert res.returncode == 0, res.stdout + res.stderr
     if re.search(r"^localhost \| SKIPPED$", res.stdout, re.M):  # every item skipped
         return []

@@ -295,6 +295,8 @@ def _swap_fabrics(doc: dict[str, Any], loc: Loc) -> dict[str, Any]:
 
 
 URL = "http://mirror.example.com/other"
+
+
 def _pfc_priority(doc: dict[str, Any], loc: Loc) -> dict[str, Any]:
     """Another lossless priority, with the DSCP of its class (dscp >> 3 == pfc_priority)."""
     out = put(doc, loc, 4)

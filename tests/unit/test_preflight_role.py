@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from playbook_run import ansible_playbook
+from playbook_run import run_local_play
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "playbooks" / "roles"
@@ -98,20 +97,7 @@ def test_the_missing_bindings(dpkg_out: str, missing: list[str], tmp_path: Path)
             ],
         }
     ]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    res = ansible_playbook(
-        tmp_path,
-        [
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(tmp_path / "play.yml"),
-        ],
-        {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.oneline"},
-    )
+    res = run_local_play(tmp_path, play, {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.oneline"})
     assert res.returncode == 0, res.stdout + res.stderr
     m = re.search(r"localhost \| SUCCESS => (\{.*\})$", res.stdout, re.M)
     assert m is not None, res.stdout

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import pytest
 import yaml
-from playbook_run import ansible_playbook
+from playbook_run import ansible_playbook, run_local_play
 
 from gpuctl.acceptance import expect
 from gpuctl.config import load_cluster_text
@@ -555,19 +555,7 @@ def _dropped(role: str, pin: str | None, locks: str, tmp: Path) -> list[str]:
             ],
         }
     ]
-    (tmp / "play.yml").write_text(yaml.safe_dump(play))
-    res = ansible_playbook(
-        tmp,
-        [
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(tmp / "play.yml"),
-        ],
-    )
+    res = run_local_play(tmp, play)
     assert res.returncode == 0, res.stdout + res.stderr
     return list(json.loads((tmp / "dropped.json").read_text()))
 

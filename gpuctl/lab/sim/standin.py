@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from . import dcgm, driver, fabric, ib, kernel, mft, nvsmi, nvsmi_xml, peer, perf, ranks
+from . import dcgm, driver, fabric, ib, kernel, mft, nvsmi, nvsmi_xml, peer, perf, qos, ranks
 from .common import Faults, Profile, visible_gpus
 from .faults import FaultError, validate
 
@@ -44,6 +44,7 @@ TOOLS = (
     "dmesg",
     "mlxfwmanager",
     "flint",
+    "mlnx_qos",
 )
 
 
@@ -324,6 +325,14 @@ def _mlxfwmanager(profile: Profile, faults: Faults, node: str, args: list[str], 
     return run.status
 
 
+def _mlnx_qos(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    # trust and PFC of the RoCE ports: gpuctl/lab/sim/qos.py
+    run = qos.mlnx_qos_main(profile, faults, node, args)
+    io.out(run.stdout)
+    io.err(run.stderr)
+    return run.status
+
+
 def _flint(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
     if len(args) != 3 or args[0] not in ("-d", "--device") or args[2] not in ("query", "q"):
         io.err("-E- gpuctl lab: only 'flint -d DEVICE query' is simulated\n")
@@ -598,4 +607,5 @@ _HANDLERS: dict[str, _Handler] = {
     "dmesg": _dmesg,
     "mlxfwmanager": _mlxfwmanager,
     "flint": _flint,
+    "mlnx_qos": _mlnx_qos,
 }

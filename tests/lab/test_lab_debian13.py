@@ -1,0 +1,223 @@
+"""Debian 13 nodes, four hardware profiles, Slurm from its own repository, no proxy on the nodes.
+
+One lab (`gpuctl lab up --os debian13 --profile a100-hdr:2 --profile a100-roce:2 --profile
+l40s-pcie:2 --profile single-gpu:1`) shows what the default lab (Debian 12, hgx-h100-ndr, see
+test_lab_provision.py) does not:
+
+- a second node OS end to end: provision, a second run that changes nothing, acceptance,
+  validation; Debian 13's Slurm (24.11, whose slurmd unit no longer waits for slurm.conf);
+- Slurm from a package repository other than the OS's: `package_sources.slurm` names the lab's
+  Slurm repository (gpuctl/lab/slurm_repo.py: Debian's real .debs under SchedMD's package names,
+  `packages: schedmd`), the roles add it and pin Slurm to it; the OS archive has no such names,
+  and the lab repository's log shows each node fetching them from there;
+- nodes that reach no Debian archive until gpuctl gives them `package_sources.os_mirror`
+  (the lab's apt-cacher-ng used as a mirror): the lab sets no proxy and no source of its own;
+- every other lab hardware profile (A100 on HDR InfiniBand, A100 on RoCE, L40S on RoCE, one
+  RTX 6000 Ada without a fabric NIC) provisioned and validated at `standard` with zero failed
+  checks, each node group on its own fabric; RoCE QoS and NCCL's traffic class on a RoCE node.
+
+The GPUs, HCAs and their tools are the lab's SIMULATED stand-ins (docs/lab-hardware.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab_helpers import GPUCTL, gpuctl, on, sh
+
+from gpuctl.lab import lab, slurm_repo
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
+]
+
+PROFILES = ("a100-hdr:2", "a100-roce:2", "l40s-pcie:2", "single-gpu:1")
+GROUPS = {
+    "a100_hdr": ("gpu001", "gpu002"),
+    "a100_roce": ("gpu003", "gpu004"),
+    "l40s_pcie": ("gpu005", "gpu006"),
+    "single_gpu": ("gpu007",),
+}
+COMPUTE = tuple(n for nodes in GROUPS.values() for n in nodes)
+NODES = ("ctl01", *COMPUTE)
+SLURM = slurm_repo.VERSIONS["trixie"]
+
+
+@dataclass(frozen=True)
+class Trixie:
+    cluster: Path
+    first: dict[str, Any]  # run record of the first `gpuctl provision --json`
+    before: dict[str, str]  # node -> `apt-get update` output before provisioning
+    log_start: int  # size of the lab repository's log before provisioning
+
+
+def _repo_log() -> Path:
+    return lab.lab_dir() / "run" / "repo-http.log"
+
+
+@pytest.fixture(scope="module")
+def trixie(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Trixie]:
+    lab.down()
+    lab.up(os_name="debian13", profiles=list(PROFILES))
+    state = tmp_path_factory.mktemp("debian13-lab")
+    cluster = state / "cluster.yml"
+    shutil.copy(lab.lab_dir() / "cluster.yml", cluster)
+    # a fresh node reaches no Debian archive: no proxy, no mirror, no route out of the bridge
+    before = {
+        n: sh(lab.address_of(n), "timeout 60 apt-get -q update 2>&1; echo rc=$?").stdout
+        for n in ("ctl01", "gpu001")
+    }
+    log = _repo_log()
+    start = log.stat().st_size if log.is_file() else 0
+    first = gpuctl("provision", str(cluster), "--json")
+    assert first.returncode == 0, first.stderr[-5000:]
+    yield Trixie(cluster, json.loads(first.stdout), before, start)
+    lab.down()
+
+
+def test_a_fresh_node_reaches_no_debian_archive_until_provisioned(trixie: Trixie) -> None:
+    for out in trixie.before.values():
+        assert "deb.debian.org" in out, out
+        # apt-get update may still exit 0 ("W: Failed to fetch"): what it says is the proof
+        assert "Failed to fetch" in out or "Could not" in out or "unreachable" in out, out
+    for node in NODES:
+        # nothing of the lab's own: no proxy; the OS sources are cluster.yml's mirror
+        assert on(node, "apt-config dump | grep -ci proxy || true").strip() == "0", node
+        sources = on(node, "cat /etc/apt/sources.list")
+        mirror = "http://198.18.0.1:3142/deb.debian.org/debian"
+        assert f"deb {mirror} trixie main non-free-firmware" in sources, sources
+        assert f"deb {mirror} trixie-updates main non-free-firmware" in sources, sources
+        security = "http://198.18.0.1:3142/security.debian.org/debian-security"
+        assert f"deb {security} trixie-security main" in sources, sources
+        listed = on(node, "ls /etc/apt/sources.list.d").split()
+        assert not [f for f in listed if f.endswith(".sources")], listed
+
+
+def test_provision_on_debian13_runs_jobs_on_every_profile(trixie: Trixie) -> None:
+    hosts = trixie.first["hosts"]
+    assert set(hosts) == set(NODES)
+    assert {h: s["failed"] + s["unreachable"] for h, s in hosts.items()} == dict.fromkeys(NODES, 0)
+    assert on("ctl01", ". /etc/os-release; echo $VERSION_ID").strip() == "13"
+    assert on("ctl01", "sinfo --version").split()[-1] == SLURM
+    # the gate read the node's cgroup file system (the lab's containers see the host's, a v1
+    # hierarchy, and run no cgroup plugin: proctrack/linuxproc); the v2 refusal is unit-tested
+    assert on("gpu001", "stat -fc %T /sys/fs/cgroup").strip() in ("tmpfs", "cgroup2fs")
+    idle = on("ctl01", 'sinfo -h -N -o "%N %T %G"').split("\n")
+    states = {line.split()[0]: line.split()[1:] for line in idle if line.strip()}
+    assert {n: s[0] for n, s in states.items()} == dict.fromkeys(COMPUTE, "idle"), states
+    assert states["gpu001"][1] == "gpu:a100:8"
+    assert states["gpu005"][1] == "gpu:l40s:8"
+    assert states["gpu003"][1] == "gpu:a100:8"
+    assert states["gpu007"][1] == "gpu:rtx6000ada:1"
+    ran = on("ctl01", f"srun -N{len(COMPUTE)} -t 1 hostname", timeout=120).split()
+    assert sorted(ran) == list(COMPUTE)
+
+
+def test_second_provision_changes_nothing(trixie: Trixie) -> None:
+    again = gpuctl("provision", str(trixie.cluster), "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    record = json.loads(again.stdout)
+    assert {h: s["changed"] for h, s in record["hosts"].items()} == dict.fromkeys(NODES, 0)
+
+
+def test_slurm_comes_from_the_separate_repository_under_schedmds_names(trixie: Trixie) -> None:
+    # the OS archive has no slurm-smd-*: every node that has them took them from the lab's
+    # Slurm repository, which package_sources.slurm names, and has none of Debian's names
+    daemons = {"ctl01": "slurm-smd-slurmctld"} | dict.fromkeys(COMPUTE, "slurm-smd-slurmd")
+    for node, daemon in daemons.items():
+        listed = on(node, 'dpkg -l "slurm*" "libslurm*" 2>/dev/null || true')
+        installed = {
+            line.split()[1].split(":")[0]: line.split()[2]
+            for line in listed.splitlines()
+            if line.startswith(("ii ", "hi "))
+        }
+        for package in (daemon, "slurm-smd-client", "slurm-smd"):
+            assert installed.get(package, "").startswith(f"{SLURM}-"), (node, package)
+        debian = set(slurm_repo.RENAMES) & set(installed)
+        assert not debian, (node, debian)
+        held = on(node, "apt-mark showhold").split()
+        assert {daemon, "slurm-smd-client", "slurm-smd"} <= set(held), (node, held)
+    fetched = _repo_log().read_text(encoding="utf-8", errors="replace")[trixie.log_start :]
+    for package in ("slurm-smd-slurmctld", "slurm-smd-slurmd", "slurm-smd-client", "slurm-smd"):
+        # a flat repository's files are ./NAME: the nodes ask for /slurm/./NAME_VERSION_amd64.deb
+        assert re.search(rf"GET /slurm/(\./)?{package}_{re.escape(SLURM)}-", fetched), package
+
+
+def test_acceptance_passes_on_debian13(trixie: Trixie, tmp_path: Path) -> None:
+    res = subprocess.run(
+        [GPUCTL, "acceptance", str(trixie.cluster), "--state-dir", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
+
+
+def _bad(report: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
+    return {
+        n["node"]: [
+            (c["check"], c["message"]) for c in n["checks"] if c["verdict"] in ("fail", "unknown")
+        ]
+        for n in report["nodes"]
+    }
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_every_profile_validates_at_standard_with_zero_failed_checks(
+    trixie: Trixie, tmp_path: Path, group: str
+) -> None:
+    nodes = GROUPS[group]
+    res = subprocess.run(
+        [
+            GPUCTL,
+            "validate",
+            str(trixie.cluster),
+            "--level",
+            "standard",
+            "--limit",
+            group,
+            "--json",
+            "--out",
+            str(tmp_path / "bundle"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    report = json.loads(res.stdout)
+    assert {n["node"] for n in report["nodes"]} == set(nodes)
+    assert _bad(report) == {n: [] for n in nodes}, res.stderr[-2000:]
+    assert res.returncode == 0
+    checks = {c["check"] for n in report["nodes"] for c in n["checks"]}
+    assert {"gpu.count", "gpu.driver", "dcgm.diag", "xid"} <= checks, checks
+    if group != "single_gpu":  # one GPU and no fabric NIC: no NCCL ring, no ib_write_bw
+        assert {"nccl.busbw", "ib.write_bw", "ib.port.state"} <= checks, checks
+
+
+@pytest.mark.parametrize("node", ["gpu003", "gpu005"])
+def test_roce_qos_and_nccls_traffic_class_on_a_roce_node(trixie: Trixie, node: str) -> None:
+    # NCCL does not use RDMA-CM: without NCCL_IB_TC its traffic rides class 0; DSCP 26 (the
+    # lossless class of priority 3) << 2 = traffic class 104
+    assert "NCCL_IB_TC=104" in on(node, "cat /etc/nccl.conf").split()
+    assert "NCCL_IB_TC" not in on("gpu001", "cat /etc/nccl.conf")  # InfiniBand: none
+    # the QoS script, run as the role installed it, finds nothing to change on the SIMULATED
+    # ports (gpuctl/lab/sim/qos.py, sysroot.py): trust dscp, PFC on priority 3, RDMA-CM's ToS
+    res = sh(lab.address_of(node), "/usr/local/sbin/gpuctl-roce-qos check")
+    assert res.returncode == 0, res.stdout + res.stderr
+    qos = on(node, "mlnx_qos -i $(ls /var/lib/gpuctl-lab-sim/sysroot/sys/class/net | head -1)")
+    assert "Priority trust state: dscp" in qos, qos
+    enabled = next(line for line in qos.splitlines() if line.strip().startswith("enabled"))
+    assert enabled.split()[1:] == ["0", "0", "0", "1", "0", "0", "0", "0"], qos
