@@ -29,6 +29,8 @@ from gpuctl.render import render_files
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventories" / "hgx-h100-ndr.yml"
 BASE: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+# a list of strings the example leaves empty, so that its element is fuzzed too
+BASE["package_sources"].setdefault("no_proxy", ["mirror.example.com"])
 # list fields are fuzzed at this element of the example (node_groups[2]: the GPU group)
 LIST_INDEX = {"node_groups": 2}
 
