@@ -360,19 +360,11 @@ def consumed_difference(before: dict[str, str], after: dict[str, str]) -> str | 
 
 def unread_variables(files: dict[str, str]) -> set[str]:
     """Variables a render writes (group_vars, inventory) that nothing reads."""
-    names: set[str] = set()
-    for rel, text in files.items():
-        if rel.startswith("group_vars/"):
-            names.update(_load_yaml(text) or {})
-        elif rel == "inventory.yml":
-            all_vars, hosts, _ = _inventory_parts(text)
-            names.update(all_vars)
-            for hvars in hosts.values():
-                names.update(hvars)
-    return {n for n in names if not _consumed(n)}
+    return {n for n in rendered_variables(files) if not _consumed(n)}
 
 
 def rendered_variables(files: dict[str, str]) -> set[str]:
+    """Variables a render writes: group_vars and the inventory's (all and per host)."""
     names: set[str] = set()
     for rel, text in files.items():
         if rel.startswith("group_vars/"):

@@ -5,6 +5,8 @@ per-node identifiers, and bandwidth factors. Standard library only (runs inside 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,3 +246,17 @@ def fabric_ok(profile: Profile, faults: Faults) -> bool:
     if faults.get("fabricmanager_failed"):
         return False
     return fabric_manager_version(profile, faults) == str(profile["driver_version"])
+
+
+def read_state_file(directory: str, name: str) -> dict[str, Any]:
+    """A simulator's JSON state ``directory/name``: {} when there is none yet (a fresh node);
+    ValueError naming the file when it cannot be read or parsed (never a silent fresh state)."""
+    path = os.path.join(directory, name)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return data if isinstance(data, dict) else {}

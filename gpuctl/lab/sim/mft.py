@@ -41,7 +41,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .common import Faults, Hca, Profile, hca_firmware_fault, hcas
+from .common import Faults, Hca, Profile, hca_firmware_fault, hcas, read_state_file
 
 DEFAULT_STATE_DIR = "/var/lib/gpuctl-lab-sim"
 STATE_FILE = "mft.json"
@@ -159,15 +159,10 @@ def boot_id() -> str:
 
 
 def _read_state(directory: str) -> dict[str, object]:
-    path = os.path.join(directory, STATE_FILE)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise MftError(f"-E- gpuctl lab: unreadable firmware state {path}: {exc}\n", 1) from None
-    return data if isinstance(data, dict) else {}
+        return read_state_file(directory, STATE_FILE)
+    except ValueError as exc:
+        raise MftError(f"-E- gpuctl lab: unreadable firmware state {exc}\n", 1) from None
 
 
 def firmware_state(

@@ -40,7 +40,7 @@ import json
 import os
 from collections.abc import Sequence
 
-from .common import Faults, Profile
+from .common import Faults, Profile, read_state_file
 from .mft import ToolRun, state_dir
 
 STATE_FILE = "qos.json"
@@ -83,15 +83,10 @@ def ethernet_ports(profile: Profile) -> list[str]:
 
 
 def read_state(directory: str | None = None) -> dict[str, dict[str, object]]:
-    path = os.path.join(directory or state_dir(), STATE_FILE)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise QosStateError(f"mlnx_qos: gpuctl lab: unreadable QoS state {path}: {exc}") from None
-    return data if isinstance(data, dict) else {}
+        return read_state_file(directory or state_dir(), STATE_FILE)
+    except ValueError as exc:
+        raise QosStateError(f"mlnx_qos: gpuctl lab: unreadable QoS state {exc}") from None
 
 
 def port_state(state: dict[str, dict[str, object]], netdev: str) -> tuple[str, tuple[int, ...]]:
