@@ -25,7 +25,9 @@ import yaml
 from gpuctl.config import load_cluster_text
 from gpuctl.starter import starter
 from gpuctl.validation.capture import capture_output
-from gpuctl.validation.reports import render_html, render_junit, render_prometheus
+from gpuctl.validation.reports.html import render_html
+from gpuctl.validation.reports.junit import render_junit
+from gpuctl.validation.reports.prom import render_prometheus
 from gpuctl.validation.suite import fewer_gc_passes, judge_directory
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from gpuctl.config import load_cluster
 from gpuctl.lab import lab
-from gpuctl.provision import provision
+from gpuctl.provision import provision, state_dir_for
 from gpuctl.render import render_cluster
 from gpuctl.resources import playbooks_dir
 
@@ -79,7 +79,9 @@ def _plain(cluster: Path, work: Path) -> float:
 
 def _gpuctl(cluster: Path) -> float:
     start = time.perf_counter()
-    result = provision(cluster)
+    result = provision(
+        load_cluster(cluster), cluster_file=cluster, state_dir=state_dir_for(cluster)
+    )
     seconds = time.perf_counter() - start
     if result.record.status != "successful":
         raise SystemExit(f"gpuctl provision {result.record.status}: see {result.run_dir}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: set-up, lint, types, unit tests, then lab tests (when there are any).
+# The test command: set-up, lint, types, then the unit, integration and lab tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --test
@@ -16,13 +16,20 @@ python benchmarks/render_4096.py --repeat 3
 echo "== benchmark: judge 1,024 simulated 8-GPU nodes and write every report (budget 10 s)"
 # prints its figure; near its budget on 2 cores, so timing noise must not fail the whole run
 python benchmarks/judge_1024.py || echo "== WARNING: judge benchmark over its 10 s budget (above)"
-lab_tests="$(pytest --collect-only -q -m lab 2>/dev/null | grep -c '::' || true)"
+echo "== benchmark: gpuctl-node-check start-up against gpuctl's (printed, not gating)"
+python benchmarks/nodecheck_startup.py --repeat 5
+# the three tiers (tests/conftest.py gives every test one): unit, integration, lab
+tier_count() { pytest --collect-only -q -m "$1" 2>/dev/null | grep -c '::' || true; }
+unit_tests="$(tier_count unit)"
+integration_tests="$(tier_count integration)"
+lab_tests="$(tier_count lab)"
+echo "== unit tests ($unit_tests)"
+pytest -m unit "$@"
+echo "== integration tests ($integration_tests)"
+pytest -m integration "$@"
 if [ "$lab_tests" -gt 0 ]; then
-  echo "== unit tests"
-  pytest -m "not lab" "$@"
   echo "== lab tests ($lab_tests)"
-  pytest -m lab "$@"
+  pytest -m lab --durations=25 "$@"
 else
-  echo "== lab tests: none in this tree yet; unit tests"
-  pytest -m "not lab" "$@"
+  echo "== lab tests: none in this tree yet"
 fi

@@ -370,11 +370,6 @@ def slurm_packages(
     return [PackageSpec(n, version, upstream_only=upstream, held=True) for n in names]
 
 
-# slurm's node states that mean the node cannot take jobs (scontrol show node: State=)
-BAD_NODE_STATES = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "UNKNOWN"})
-BAD_NODE_FLAGS = frozenset({"DRAIN", "FAIL", "NOT_RESPONDING", "INVALID_REG", "POWERED_DOWN"})
-
-
 # ------------------------------------------------------------------------------------------
 # Versions and holds, as the package managers print them
 

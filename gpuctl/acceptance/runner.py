@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuctl.config import load_cluster
+from gpuctl.config.model import Cluster
 from gpuctl.errors import EnvironmentProblem, UsageError
-from gpuctl.provision.runner import ansible_limit, known_hosts_file, state_dir_for
+from gpuctl.provision.runner import ansible_limit, known_hosts_file
 from gpuctl.provision.runs import new_run_id
 from gpuctl.render import render_cluster
 
@@ -206,17 +206,17 @@ def resolve_hosts(inventory: Path, limit: str | None, env: dict[str, str]) -> tu
 
 
 def prepare(
-    cluster_path: Path,
+    cluster: Cluster,
     *,
+    state_dir: Path,
     limit: str | None = None,
     junit: Path | None = None,
     test_dirs: Sequence[Path] = (),
-    state_dir: Path | None = None,
     include_suite: bool = True,
 ) -> AcceptanceRun:
-    """Render the cluster into a new run directory and build the pytest command."""
-    cluster = load_cluster(cluster_path)
-    known_hosts = known_hosts_file(cluster_path, cluster.ssh.known_hosts)
+    """Render the loaded cluster into a new run directory under ``state_dir``/acceptance and
+    build the pytest command."""
+    known_hosts = known_hosts_file(cluster.ssh.known_hosts)
     dirs: list[Path] = []
     for d in test_dirs:
         if not d.is_dir():
@@ -228,7 +228,7 @@ def prepare(
             raise UsageError(f"--junit {junit}: folder {junit.parent} does not exist")
         if junit.is_dir():
             raise UsageError(f"--junit {junit}: is a folder")
-    runs = state_dir_for(cluster_path, state_dir) / "acceptance"
+    runs = state_dir.resolve() / "acceptance"
     runs.mkdir(parents=True, exist_ok=True)
     run_dir = runs / new_run_id(runs)
     run_dir.mkdir(mode=0o700)
@@ -287,20 +287,6 @@ def execute(run: AcceptanceRun, on_output: Callable[[str], None] | None = None) 
     tests, problem = read_junit(run.junit, run.hosts)
     status, message = judge(returncode, tests, problem)
     return AcceptanceResult(run, returncode, status, tests, time.monotonic() - started, message)
-
-
-def run_acceptance(
-    cluster_path: Path,
-    *,
-    limit: str | None = None,
-    junit: Path | None = None,
-    test_dirs: Sequence[Path] = (),
-    state_dir: Path | None = None,
-    on_output: Callable[[str], None] | None = None,
-) -> AcceptanceResult:
-    """`gpuctl acceptance CLUSTER`: prepare a run directory, run the suite, read the report."""
-    run = prepare(cluster_path, limit=limit, junit=junit, test_dirs=test_dirs, state_dir=state_dir)
-    return execute(run, on_output)
 
 
 def judge(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -9,13 +10,36 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpuctl.acceptance.runner import AcceptanceResult, Outcome, run_acceptance
+from gpuctl.acceptance.runner import AcceptanceResult, Outcome, execute, prepare
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, out_console, print_json
+from gpuctl.config import load_cluster
+from gpuctl.provision.runner import state_dir_for
 
 
 def register(app: typer.Typer) -> None:
     app.command("acceptance")(acceptance_cmd)
+
+
+def run_acceptance(
+    cluster_path: Path,
+    *,
+    limit: str | None = None,
+    junit: Path | None = None,
+    test_dirs: Sequence[Path] = (),
+    state_dir: Path | None = None,
+    on_output: Callable[[str], None] | None = None,
+) -> AcceptanceResult:
+    """`gpuctl acceptance CLUSTER`: load cluster.yml, prepare a run directory (under the state
+    directory, by default beside cluster.yml), run the suite, read the report."""
+    run = prepare(
+        load_cluster(cluster_path),
+        state_dir=state_dir_for(cluster_path, state_dir),
+        limit=limit,
+        junit=junit,
+        test_dirs=test_dirs,
+    )
+    return execute(run, on_output)
 
 
 def _table(result: AcceptanceResult) -> Table:

@@ -11,7 +11,6 @@ from rich.markup import escape
 
 from gpuctl.cli.output import err_console, out_console, print_json
 from gpuctl.lab import lab
-from gpuctl.lab.sim import profiles as sim_profiles
 
 app = typer.Typer(
     name="lab",
@@ -26,7 +25,7 @@ def register(root: typer.Typer) -> None:
 
 
 def _profiles() -> list[str]:
-    return list(sim_profiles.names())
+    return lab.profile_names()
 
 
 @app.command("up")

@@ -16,7 +16,13 @@ from typing import Annotated
 import typer
 
 from gpuctl.cli.exit_codes import ExitCode
-from gpuctl.validation.nodecheck import DEFAULT_CLUSTER, NodeCheckResult, node_check
+from gpuctl.config import load_cluster
+from gpuctl.validation.nodecheck import (
+    DEFAULT_CLUSTER,
+    NodeCheckResult,
+    check_options,
+    node_check,
+)
 from gpuctl.validation.results import Verdict, printable
 
 
@@ -128,8 +134,15 @@ def node_check_cmd(
     unless validation.unknown_is_failure is false) or scontrol failed, 2 for a bad cluster.yml,
     options or a node not in it.
     """
+    check_options(level.value, deadline)
     result = node_check(
-        cluster, node=node, level=level.value, drain=drain, out=out, deadline_s=deadline
+        load_cluster(cluster),
+        source=cluster,
+        node=node,
+        level=level.value,
+        drain=drain,
+        out=out,
+        deadline_s=deadline,
     )
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")

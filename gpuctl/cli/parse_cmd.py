@@ -19,6 +19,40 @@ def _kinds() -> list[str]:
     return list(registry())
 
 
+def commands_by_kind() -> dict[str, list[str]]:
+    """Per kind, the command lines gpuctl runs whose output is parsed as that kind, taken from
+    where they are declared: the per-node probe table (``{gpus}`` shown as ``<gpus>``), the
+    ib_write_bw pair and the multi-node nccl-tests run of ``gpuctl validate`` (shown for two
+    8-GPU nodes), the rollout's adapter firmware queries, the Slurm node query. A kind that
+    gpuctl never runs itself (its parser reads saved output) is absent."""
+    from gpuctl import slurm
+    from gpuctl.rollout import tools
+    from gpuctl.validation import multinode, probes
+
+    sources: dict[str, list[tuple[str, ...]]] = {}
+    for probe in probes.PROBES:
+        argv = tuple(arg.format(gpus="<gpus>") for arg in probe.argv)
+        sources.setdefault(probe.kind, []).append(argv)
+    port = probes.IB_WRITE_BW_BASE_PORT
+    sources.setdefault("perftest", []).extend(
+        [
+            probes.ib_write_bw_server("<hca>", port),
+            probes.ib_write_bw_client("<hca>", port, "<server>"),
+        ]
+    )
+    sources.setdefault("nccl", []).append(multinode.srun_argv(("node1", "node2"), 8))
+    sources.setdefault("mlxfwmanager", []).append(tuple(tools.nic_query_argv()))
+    sources.setdefault("flint-query", []).append(tuple(tools.flint_query_argv("<device>")))
+    sources.setdefault("scontrol-node", []).append(slurm.show_argv())
+    commands: dict[str, list[str]] = {}
+    for kind, argvs in sources.items():
+        for argv in argvs:
+            line = " ".join(argv)
+            if line not in commands.setdefault(kind, []):
+                commands[kind].append(line)
+    return commands
+
+
 def register(app: typer.Typer) -> None:
     app.command("parse")(parse_cmd)
 
@@ -47,9 +81,11 @@ def parse_cmd(
     """
     kinds = registry()
     if kind == "list":
+        commands = commands_by_kind()
         for spec in kinds.values():
-            command = " ".join(spec.command) if spec.command else "-"
-            typer.echo(f"{spec.kind:16} {command:40} {spec.description}")
+            typer.echo(f"{spec.kind:16} {spec.description}")
+            for command in commands.get(spec.kind, []):
+                typer.echo(f"{'':16}   $ {command}")
         return
     if kind not in kinds:
         raise UsageError(f"unknown kind {kind!r}; kinds: {', '.join(kinds)}")

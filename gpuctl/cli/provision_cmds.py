@@ -19,6 +19,7 @@ from rich.text import Text
 
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, out_console, print_json
+from gpuctl.config import load_cluster
 from gpuctl.provision import (
     HostOutcome,
     ProgressEvent,
@@ -140,6 +141,7 @@ def provision_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON.")] = False,
 ) -> None:
     """Install and configure the cluster: driver, Fabric Manager, NCCL, RDMA, DCGM, Slurm."""
+    loaded = load_cluster(cluster)
     console = err_console()
     cancel = threading.Event()
 
@@ -155,13 +157,14 @@ def provision_cmd(
         if progress.live is not None:
             progress.live.start()
         result = provision(
-            cluster,
+            loaded,
+            cluster_file=cluster,
+            state_dir=state_dir_for(cluster, state_dir),
             limit=limit,
             tags=tags,
             check=check,
             diff=diff,
             resume=resume,
-            state_dir=state_dir,
             on_event=progress,
             cancel=cancel,
         )

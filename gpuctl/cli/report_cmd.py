@@ -12,12 +12,10 @@ from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console
 from gpuctl.errors import ConfigError, Problem, UsageError
 from gpuctl.fileio import TooLarge, UnsafePath, read_regular, write_atomic
-from gpuctl.validation.reports import (
-    drain_reasons,
-    render_html,
-    render_junit,
-    render_prometheus,
-)
+from gpuctl.validation.reports.drain import drain_reasons
+from gpuctl.validation.reports.html import render_html
+from gpuctl.validation.reports.junit import render_junit
+from gpuctl.validation.reports.prom import render_prometheus
 from gpuctl.validation.results import NotResults, ValidationReport, loads_results
 from gpuctl.validation.suite import fewer_gc_passes
 

@@ -12,6 +12,8 @@ from rich.table import Table
 
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, out_console, print_json
+from gpuctl.config import load_cluster
+from gpuctl.provision.runner import state_dir_for
 from gpuctl.rollout.model import Action, Component, Plan, RolloutError, RolloutState, Status
 from gpuctl.rollout.run import (
     PolicyOverrides,
@@ -273,7 +275,8 @@ def plan_cmd(
     flags = _flags(
         canary, batch_size, max_unavailable, failure_threshold, None, None, validate_level
     )
-    result = make_plan(cluster, component, to, limit=limit, flags=flags, image=image)
+    loaded = load_cluster(cluster)
+    result = make_plan(loaded, cluster, component, to, limit=limit, flags=flags, image=image)
     if as_json:
         print_json(result.plan.to_json())
     else:
@@ -312,16 +315,18 @@ def apply_cmd(
         reboot_timeout,
         validate_level,
     )
+    loaded = load_cluster(cluster)
     follow = _Follow()
     try:
         result = apply(
+            loaded,
             cluster,
             component,
             to,
+            state=state_dir_for(cluster, state_dir),
             limit=limit,
             flags=flags,
             image=image,
-            state_dir=state_dir,
             on_started=follow.started,
         )
     finally:
@@ -344,9 +349,16 @@ def resume_cmd(
     flags = _flags(
         None, None, None, failure_threshold, drain_timeout, reboot_timeout, validate_level
     )
+    loaded = load_cluster(cluster)
     follow = _Follow()
     try:
-        result = resume(cluster, flags=flags, state_dir=state_dir, on_started=follow.started)
+        result = resume(
+            loaded,
+            cluster,
+            state=state_dir_for(cluster, state_dir),
+            flags=flags,
+            on_started=follow.started,
+        )
     finally:
         follow.close()
     _finish_run(result, as_json)
@@ -360,7 +372,7 @@ def status_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The current rollout: its status, every node's phase and reason."""
-    res = status(cluster, state_dir=state_dir)
+    res = status(state_dir_for(cluster, state_dir))
     if as_json:
         data = res.state.to_json()
         data["running_pid"] = res.running_pid
@@ -383,7 +395,7 @@ def abort_cmd(
 ) -> None:
     """Stop the current rollout: a running one starts no new node and stops once its nodes in
     flight are done. Nodes gpuctl holds drained stay drained (`resume` continues them)."""
-    res = abort(cluster, reason=reason, state_dir=state_dir)
+    res = abort(state_dir_for(cluster, state_dir), reason=reason)
     if res.running_pid:
         err_console().print(
             f"rollout {res.rollout_id}: abort requested; process {res.running_pid} stops after "

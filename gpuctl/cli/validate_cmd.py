@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -12,18 +13,17 @@ from rich.table import Table
 
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, out_console, print_json
+from gpuctl.config import load_cluster
 from gpuctl.errors import UsageError
 from gpuctl.fileio import write_atomic
-from gpuctl.validation.collect import (
-    DEFAULT_PARALLEL,
-    ProgressEvent,
-    ValidateResult,
-    judge_bundle,
-    validate,
-)
-from gpuctl.validation.reports import render_html, render_junit, render_prometheus
+from gpuctl.validation.api import ValidateResult, drain_failed, judge_bundle, validate
+from gpuctl.validation.bundle import check_bundle_dir
+from gpuctl.validation.collector import DEFAULT_PARALLEL, ProgressEvent
+from gpuctl.validation.reports.html import render_html
+from gpuctl.validation.reports.junit import render_junit
+from gpuctl.validation.reports.prom import render_prometheus
 from gpuctl.validation.results import ValidationReport, Verdict, printable
-from gpuctl.validation.slurm import DrainResult, drain_failed
+from gpuctl.validation.slurm import DrainResult
 from gpuctl.validation.suite import fewer_gc_passes
 
 MAX_PROBLEMS_SHOWN = 4
@@ -34,6 +34,17 @@ def _say(text: str) -> str:
     """Text from a node or from Slurm for the terminal: control characters escaped (an ESC
     sequence in a kernel log line must not reach the operator's terminal), rich markup too."""
     return escape(printable(text))
+
+
+def default_out(cluster_path: Path) -> Path:
+    """A new directory ``.gpuctl/validate/<UTC time>`` beside cluster.yml."""
+    base = cluster_path.resolve().parent / ".gpuctl" / "validate"
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate, n = base / stamp, 1
+    while candidate.exists():
+        n += 1
+        candidate = base / f"{stamp}-{n}"
+    return candidate
 
 
 class LevelChoice(StrEnum):
@@ -193,7 +204,9 @@ def validate_cmd(
             raise UsageError("--bundle judges a saved bundle: --out does not apply")
         if drain:
             raise UsageError("--bundle is offline: --drain-failed needs a fresh validation")
-        result: ValidateResult = judge_bundle(cluster, bundle, level=lvl, limit=limit)
+        check_bundle_dir(bundle)
+        loaded = load_cluster(cluster)
+        result: ValidateResult = judge_bundle(loaded, bundle, level=lvl, limit=limit)
         if not result.complete:
             console.print(
                 "[yellow]warning[/yellow]: this bundle is from a collection that did not "
@@ -206,13 +219,15 @@ def validate_cmd(
             f"validating {escape(str(cluster))} (level "
             f"{lvl or 'from cluster.yml'}, {parallel} nodes at once)"
         )
-        result = validate(cluster, level=lvl, limit=limit, out=out, parallel=parallel,
+        loaded = load_cluster(cluster)
+        out = out if out is not None else default_out(cluster)
+        result = validate(loaded, level=lvl, limit=limit, out=out, parallel=parallel,
                           on_progress=_Progress())  # fmt: skip
     report = result.report
     _write_reports(report, html, junit, prom)
     drained: DrainResult | None = None
     if drain:
-        drained = drain_failed(cluster, report)
+        drained = drain_failed(loaded, report)
     if as_json:
         print_json(report.to_json())
     else:

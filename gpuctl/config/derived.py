@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuctl.config.catalog import gpu_spec, health_defaults, ib_rates, roce_rates
+from gpuctl.config.facts import effective_interconnect, fabric_rate, has_nvswitch
 from gpuctl.config.model import Cluster, Fabric, NodeGroup, Thresholds
-from gpuctl.config.rules import effective_interconnect, fabric_rate, has_nvswitch
 
 
 @dataclass(frozen=True, slots=True)

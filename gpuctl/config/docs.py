@@ -25,8 +25,9 @@ from pydantic import BaseModel, BeforeValidator
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from gpuctl.config import model as m
 from gpuctl.config.catalog import gpu_specs
+from gpuctl.config.model import Cluster, Thresholds
+from gpuctl.config.types import Name, NodeSetStr, Url, Version
 from gpuctl.fileio import write_atomic
 
 BEGIN_MARKER = "<!-- BEGIN GENERATED: field reference (python -m gpuctl.config.docs) -->"
@@ -74,7 +75,7 @@ def nested_models(annotation: Any) -> list[tuple[str, type[BaseModel]]]:
     return []
 
 
-def sections(root: type[BaseModel] = m.Cluster) -> list[Section]:
+def sections(root: type[BaseModel] = Cluster) -> list[Section]:
     """Every model under ``root``, depth first in field order (a model on a cycle is cut)."""
     out: list[Section] = []
 
@@ -129,10 +130,10 @@ def _bound(meta: Sequence[Any], name: str) -> Any:
 
 
 # The model's named field types, recognised by what pydantic keeps of them.
-_NODESET_FUNCS = _validator_funcs(_annotated_parts(m.NodeSetStr))
-_VERSION_FUNCS = _validator_funcs(_annotated_parts(m.Version))
-NAME_PATTERN = _pattern(_annotated_parts(m.Name))
-URL_PATTERN = _pattern(_annotated_parts(m.Url))
+_NODESET_FUNCS = _validator_funcs(_annotated_parts(NodeSetStr))
+_VERSION_FUNCS = _validator_funcs(_annotated_parts(Version))
+NAME_PATTERN = _pattern(_annotated_parts(Name))
+URL_PATTERN = _pattern(_annotated_parts(Url))
 
 _PLURALS = {
     "string": "strings",
@@ -289,7 +290,7 @@ def _intro() -> list[str]:
     return [
         "## Field reference",
         "",
-        "Generated from `gpuctl/config/model.py` by `python -m gpuctl.config.docs`; "
+        "Generated from `gpuctl/config/model/` by `python -m gpuctl.config.docs`; "
         "do not edit this part by hand.",
         "",
         "A key path names a key from the top of the file. `[]` stands for every item of a "
@@ -338,7 +339,7 @@ def field_reference() -> str:
 
 def _threshold_keys() -> list[str]:
     used = {k for spec in gpu_specs().values() for k in spec.thresholds}
-    ordered = [k for k in m.Thresholds.model_fields if k in used]
+    ordered = [k for k in Thresholds.model_fields if k in used]
     return ordered + sorted(used - set(ordered))
 
 

@@ -8,14 +8,14 @@ import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from gpuctl.config.findings import Loc, RuleViolations, loc_to_str
 from gpuctl.config.model import Cluster
-from gpuctl.config.rules import Loc, RuleViolations, loc_to_str
 from gpuctl.errors import ConfigError, Problem
 from gpuctl.fileio import TooLarge, UnsafePath, read_regular
 
@@ -204,7 +204,7 @@ def load_cluster(path: Path | str) -> Cluster:
         raise ConfigError([Problem("is a directory, not a cluster.yml", file=source)]) from None
     except OSError as exc:
         raise ConfigError([Problem(f"cannot read: {exc.strerror}", file=source)]) from None
-    return _resolve_ssh_paths(load_cluster_bytes(raw, source), path.resolve().parent)
+    return _resolve_paths(load_cluster_bytes(raw, source), path.resolve().parent)
 
 
 def read_bounded(path: Path, limit: int = MAX_BYTES) -> bytes:
@@ -224,18 +224,36 @@ def _too_large(source: str, limit: int) -> Problem:
     return Problem(f"file is larger than {limit // (1024 * 1024)} MiB", file=source)
 
 
-def _resolve_ssh_paths(cluster: Cluster, base: Path) -> Cluster:
-    """Relative ssh.private_key / ssh.known_hosts are relative to the folder of cluster.yml,
-    wherever gpuctl or Ansible runs from (``~`` is left for ssh to expand)."""
-    ssh = cluster.ssh
+def _resolve_paths(cluster: Cluster, base: Path) -> Cluster:
+    """The one place that resolves file paths: a relative path-valued field (ssh.private_key,
+    ssh.known_hosts, bmc.ca_bundle, bmc.credentials.vault_file and vault_password_file) is
+    relative to the folder of cluster.yml, wherever gpuctl or Ansible runs from; every user of
+    the loaded Cluster takes the value as it is. ``~`` is left for whoever opens the file (ssh,
+    Ansible, ``os.path.expanduser``)."""
+    ssh = _under(base, cluster.ssh, ("private_key", "known_hosts"))
+    credentials = _under(base, cluster.bmc.credentials, ("vault_file", "vault_password_file"))
+    bmc = _under(base, cluster.bmc, ("ca_bundle",))
+    if credentials is not cluster.bmc.credentials:
+        bmc = bmc.model_copy(update={"credentials": credentials})
+    update: dict[str, Any] = {}
+    if ssh is not cluster.ssh:
+        update["ssh"] = ssh
+    if bmc is not cluster.bmc:
+        update["bmc"] = bmc
+    return cluster.model_copy(update=update) if update else cluster
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _under(base: Path, model: _M, names: tuple[str, ...]) -> _M:
+    """``model`` with its relative path fields ``names`` made relative to ``base``."""
     update: dict[str, str] = {}
-    for name in ("private_key", "known_hosts"):
-        value = getattr(ssh, name)
+    for name in names:
+        value = getattr(model, name)
         if value and not value.startswith(("/", "~")):
             update[name] = str(base / value)
-    if not update:
-        return cluster
-    return cluster.model_copy(update={"ssh": ssh.model_copy(update=update)})
+    return model.model_copy(update=update) if update else model
 
 
 def load_cluster_bytes(raw: bytes, source: str = "<input>") -> Cluster:

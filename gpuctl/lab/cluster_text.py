@@ -11,9 +11,9 @@ import yaml
 from ClusterShell.NodeSet import NodeSet
 
 from gpuctl.config.catalog import gpu_spec
-from gpuctl.lab import repo, slurm_repo, wheelhouse
+from gpuctl.lab import repo, slurm_repo
 from gpuctl.lab.sim import profiles as sim_profiles
-from gpuctl.lab.system import LabError
+from gpuctl.lab.system import LabError, wheelhouse_dir
 from gpuctl.lab.system import lab_dir as lab_dir
 from gpuctl.starter import starter
 
@@ -65,7 +65,7 @@ def lab_cluster_text(
     text = text.replace(".gpuctl/lab/bmc/", f"{lab_dir() / 'bmc'}/")
     text = text.replace(
         "gpuctl_wheelhouse: /var/lib/gpuctl-lab/wheelhouse",
-        f"gpuctl_wheelhouse: {wheelhouse.wheelhouse_dir()}",
+        f"gpuctl_wheelhouse: {wheelhouse_dir()}",
     )
     if groups == [(DEFAULT_PROFILE, total)] and os_name == DEFAULT_OS:
         return text  # the starter describes exactly this hardware (and keeps its comments)

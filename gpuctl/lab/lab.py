@@ -8,14 +8,14 @@ Layout (``GPUCTL_LAB_DIR``, default /var/lib/gpuctl-lab):
 - ``ssh/id_ed25519``, ``ssh/known_hosts``: the lab's key and the nodes' recorded host keys
 - ``cluster.yml``: the running lab as gpuctl sees it; ``lab.json``: what `down` must remove
 - ``repo/``: the lab's package repository (stand-ins under NVIDIA's names, see repo.py)
-- ``wheelhouse/``: gpuctl's wheel and what its node check needs (wheelhouse.py), for
-  ``package_sources.gpuctl_wheelhouse`` of the lab's cluster.yml
+- ``wheelhouse/``: gpuctl's wheel and what its node check needs (gpuctl/provision/wheelhouse.py),
+  for ``package_sources.gpuctl_wheelhouse`` of the lab's cluster.yml
 - ``apt-cache/``: the apt proxy's cache (apt-cacher-ng), ``apt-proxy/acng.conf`` its config;
   kept by `down`, like ``base/``
 - ``run/apt-proxy.{pid,log}``, ``run/repo-http.{pid,log}``: the two package servers
 - ``bmc/``: the SIMULATED BMCs' CA, certificate and Ansible Vault credentials (kept by `down`)
   and their state (``bmc/state``, removed by `down`); ``run/bmc.{pid,log,json}``: their server
-  (gpuctl/lab/bmc.py), one HTTPS Redfish service per GPU node on its ``bmc_addresses`` address
+  (gpuctl/lab/sim/bmc/), one HTTPS Redfish service per GPU node on its ``bmc_addresses`` address
   (198.18.1.x/32 on the bridge, reachable from this host only)
 
 Network: a bridge ``gpuctl-br0`` holding 198.18.0.1/24 (RFC 2544 benchmarking range, routed
@@ -26,13 +26,10 @@ Packages reach the nodes only over the bridge: Debian's through the apt proxy on
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,18 +39,20 @@ from ClusterShell.NodeSet import NodeSet
 
 from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.loader import load_cluster_text
-from gpuctl.lab import bmc, cluster_text, repo, slurm_repo, wheelhouse
+from gpuctl.lab import cluster_text, repo, slurm_repo, supervisor
 from gpuctl.lab.cluster_text import DEFAULT_OS as DEFAULT_OS
 from gpuctl.lab.cluster_text import DEFAULT_PROFILE as DEFAULT_PROFILE
 from gpuctl.lab.cluster_text import OS_RELEASES as OS_RELEASES
 from gpuctl.lab.cluster_text import parse_profiles as parse_profiles
+from gpuctl.lab.sim import bmc
 from gpuctl.lab.sim import faults as sim_faults
 from gpuctl.lab.sim import kernel as sim_kernel
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.lab.sim import sysroot as sim_sysroot
-from gpuctl.lab.system import LabError, require_root, run
+from gpuctl.lab.system import LabError, require_root, run, wheelhouse_dir
 from gpuctl.lab.system import lab_dir as lab_dir
 from gpuctl.lab.system import run_dir as _run_dir
+from gpuctl.provision import wheelhouse
 
 BRIDGE = "gpuctl-br0"
 HOST_ADDRESS = "198.18.0.1"
@@ -133,7 +132,7 @@ def ensure_base(os_name: str = DEFAULT_OS) -> bool:
     run(["chroot", str(tmp), "apt-get", "clean"], timeout=120)
     (tmp / ".gpuctl-base-ok").write_text(BASE_PACKAGES + "\n", encoding="utf-8")
     shutil.rmtree(base, ignore_errors=True)
-    tmp.rename(base)
+    tmp.rename(base)  # a whole directory, swapped in by one rename (write_atomic is for files)
     return True
 
 
@@ -156,16 +155,12 @@ def ensure_bridge() -> None:
     run(["ip", "link", "set", BRIDGE, "up"])
 
 
-def _netns(name: str) -> str:
-    return f"gpuctl-{name}"
-
-
 def _veth(name: str) -> str:
     return f"gl-{name}"[:15]
 
 
 def ensure_node_network(name: str, address: str) -> None:
-    ns = _netns(name)
+    ns = supervisor.netns_name(name)
     if not _netns_exists(ns):
         run(["ip", "netns", "add", ns])
     if not _link_exists(_veth(name)):
@@ -270,75 +265,28 @@ def host_key(name: str) -> str:
 # Processes
 
 
-def _pid(path: Path) -> int | None:
-    try:
-        pid = int(path.read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _alive(pid) else None
-
-
 def node_running(name: str) -> bool:
-    return _pid(_run_dir() / f"{name}.pid") is not None
+    return supervisor.live_pid(_run_dir() / f"{name}.pid") is not None
 
 
 def start_node(name: str) -> None:
-    if node_running(name):
-        return
-    log = open(_run_dir() / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
-    subprocess.Popen(  # noqa: S603 - argv list
-        [
-            sys.executable,
-            "-m",
-            "gpuctl.lab.supervisor",
-            name,
-            str(_node_dir(name) / "root"),
-            _netns(name),
-            str(_run_dir() / f"{name}.pid"),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
-    deadline = time.monotonic() + 10
-    while not node_running(name):
-        if time.monotonic() > deadline:
-            raise LabError(f"{name}: the supervisor did not start (see {_run_dir()}/{name}.log)")
-        time.sleep(0.1)
+    supervisor.start(name, _node_dir(name) / "root", _run_dir())
 
 
 def stop_node(name: str, timeout: float = 30) -> None:
     pidfile = _run_dir() / f"{name}.pid"
-    pid = _pid(pidfile)
-    nspawn = _pid(pidfile.with_suffix(".nspawn"))
+    pid = supervisor.live_pid(pidfile)
+    nspawn = supervisor.live_pid(pidfile.with_suffix(".nspawn"))
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and (_alive(pid) or _alive(nspawn)):
+    while time.monotonic() < deadline and (supervisor.alive(pid) or supervisor.alive(nspawn)):
         time.sleep(0.2)
     for leftover in (nspawn, pid):
-        if _alive(leftover):
+        if supervisor.alive(leftover):
             os.kill(leftover, signal.SIGKILL)  # type: ignore[arg-type]
     pidfile.unlink(missing_ok=True)
     pidfile.with_suffix(".nspawn").unlink(missing_ok=True)
-
-
-def _alive(pid: int | None) -> bool:
-    """Running (a zombie is not: the supervisor may be a child of this very process)."""
-    if pid is None:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    if state == "Z":
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)  # reap it when it is ours
-        return False
-    return True
 
 
 # ------------------------------------------------------------------------------------------
@@ -427,6 +375,11 @@ def _load_state() -> dict[str, Any]:
     return data
 
 
+def profile_names() -> list[str]:
+    """The hardware profiles a lab node can have (gpuctl/lab/profiles/<name>.yml)."""
+    return sim_profiles.names()
+
+
 def lab_cluster_text(
     compute_nodes: int,
     profile: str,
@@ -459,7 +412,7 @@ def firmware_image(node: str, version: str, out: Path, component: str = "nic-fir
     the format of gpuctl/lab/sim/mft.py; a real image is a binary .bin/.mfa).
     ``gpu-firmware``: a package for ``node``'s GPU model (returned), ``bmc-firmware``: a BMC
     package (``node`` unused; returns ""), both taken by the lab's simulated BMCs only
-    (gpuctl/lab/bmc.py; a real one is a PLDM .fwpkg)."""
+    (gpuctl/lab/sim/bmc/; a real one is a PLDM .fwpkg)."""
     if component not in FIRMWARE_COMPONENTS:
         raise LabError(f"unknown component {component!r}: {', '.join(FIRMWARE_COMPONENTS)}")
     hardware = _node_dir(node) / "root" / "etc" / "gpuctl-lab" / "hardware.json"
@@ -592,7 +545,8 @@ def up(
     repo.start_services()  # the apt proxy and the lab repository, on the bridge address
     if os_name != DEFAULT_OS:
         slurm_repo.build(OS_RELEASES[os_name])  # Debian's Slurm, served apart (cached)
-    wheelhouse.build()  # gpuctl for the nodes' node check (they have no internet); cached
+    # gpuctl for the nodes' node check (they have no internet); cached
+    wheelhouse.build(wheelhouse_dir())
     for name, address, _roles in nodes:
         ensure_node_network(name, address)
         repo.configure_node_apt(prepare_root(name, hosts, pub, os_name))
@@ -605,7 +559,7 @@ def up(
     known_hosts().write_text("\n".join(entries) + "\n", encoding="utf-8")
     for name, address, _ in nodes:
         wait_running(name, address)
-    # the GPU nodes' simulated BMCs (gpuctl/lab/bmc.py), on their own addresses on the bridge
+    # the GPU nodes' simulated BMCs (gpuctl/lab/sim/bmc/), on their own addresses on the bridge
     bmcs = [
         bmc.BmcSpec(n.name, n.bmc_address, _node_dir(n.name) / "root")
         for n in cluster_nodes(cluster)
@@ -692,8 +646,8 @@ def down() -> list[str]:
         root = _node_dir(name) / "root"
         if _mounted(root):
             run(["umount", str(root)])
-        if _netns_exists(_netns(name)):
-            run(["ip", "netns", "delete", _netns(name)])
+        if _netns_exists(supervisor.netns_name(name)):
+            run(["ip", "netns", "delete", supervisor.netns_name(name)])
         if _link_exists(_veth(name)):
             try:
                 run(["ip", "link", "delete", _veth(name)])

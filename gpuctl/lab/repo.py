@@ -27,7 +27,6 @@ import signal
 import socket
 import stat
 import string
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from gpuctl.lab.system import LabError, run
+from gpuctl.lab.system import LabError, run, spawn
 from gpuctl.lab.system import lab_dir as _lab_dir
 from gpuctl.lab.system import run_dir as _run_dir
 
@@ -290,8 +289,11 @@ def _sim_sources(src_root: Path) -> list[tuple[Path, str]]:
     files.append((pkg / "lab" / "__init__.py", "gpuctl/lab/__init__.py"))
     sim = pkg / "lab" / "sim"
     for f in sorted(sim.rglob("*")):
+        rel = f.relative_to(sim)
+        if rel.parts[0] == "bmc":  # the simulated BMCs run on the lab host, not in a node
+            continue
         if f.is_file() and "__pycache__" not in f.parts and f.suffix not in (".pyc", ".pyo"):
-            files.append((f, f"gpuctl/lab/sim/{f.relative_to(sim).as_posix()}"))
+            files.append((f, f"gpuctl/lab/sim/{rel.as_posix()}"))
     if not (sim / "__init__.py").is_file():
         files.append((Path(os.devnull), "gpuctl/lab/sim/__init__.py"))
     return files
@@ -681,16 +683,7 @@ def start_service(svc: Service, timeout: float = 15) -> bool:
         _write_proxy_conf()
     if _port_open(svc.port):
         raise LabError(f"{HOST_ADDRESS}:{svc.port} is taken by a process the lab did not start")
-    log = open(_run_dir() / f"{svc.name}.log", "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(  # noqa: S603 - argv list
-        svc.argv(),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        cwd="/",
-    )
-    log.close()
+    proc = spawn(svc.argv(), _run_dir() / f"{svc.name}.log", cwd="/")
     _pidfile(svc).write_text(f"{proc.pid}\n", encoding="utf-8")
     deadline = time.monotonic() + timeout
     while not _port_open(svc.port):

@@ -1,5 +1,5 @@
 """One lab node's supervisor: runs systemd-nspawn, boots it again after a reboot, and is the
-node's power switch (for `gpuctl lab down` and for the lab's SIMULATED BMC, gpuctl/lab/bmc.py).
+node's power switch (for `gpuctl lab down` and for the lab's SIMULATED BMC, gpuctl/lab/sim/bmc/).
 
 `systemctl reboot` inside a container makes systemd-nspawn exit with status 133; a real
 machine would come back, so the supervisor boots the node again on the same root (its disk
@@ -22,7 +22,8 @@ Signals (the supervisor acts on them within about 0.2 s, also while the node is 
 
 Every boot but the first checks the ``no_reboot`` fault (faults.json on the node's disk): with
 it, the node stays down and the supervisor ends. A supervisor that ended means the node is
-powered off; the BMC powers it on by starting a new supervisor (gpuctl.lab.lab.start_node).
+powered off; the BMC powers it on by starting a new supervisor (:func:`start`, also what
+gpuctl.lab.lab.start_node runs).
 
 Run as: python -m gpuctl.lab.supervisor NAME ROOT NETNS PIDFILE
 """
@@ -38,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+
+from gpuctl.lab.system import LabError, spawn
 
 REBOOT_STATUS = 133
 SHUTDOWN_GRACE_S = 60.0
@@ -121,7 +124,75 @@ def _kill(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
-def _stays_down(root: str) -> bool:
+# ------------------------------------------------------------------------------------------
+# Starting a supervisor (powering a node on), from the lab and from its BMC
+
+
+def netns_name(name: str) -> str:
+    """The network namespace node ``name`` runs in."""
+    return f"gpuctl-{name}"
+
+
+def alive(pid: int | None) -> bool:
+    """Running (a zombie is not: the supervisor may be a child of this very process)."""
+    if pid is None:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    if state == "Z":
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it when it is ours
+        return False
+    return True
+
+
+def live_pid(pidfile: Path, marker: bytes | None = None) -> int | None:
+    """The pid in ``pidfile`` when that process runs (and, given ``marker``, has it in its
+    command line); None otherwise."""
+    try:
+        pid = int(pidfile.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+    if not alive(pid):
+        return None
+    if marker is None:
+        return pid
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if marker in cmdline else None
+
+
+def start(name: str, root: Path, run_dir: Path) -> None:
+    """Power node ``name`` on: start its supervisor (``<run_dir>/<name>.pid``, log
+    ``<name>.log``) unless one runs, and wait for it (raises LabError)."""
+    pidfile = run_dir / f"{name}.pid"
+    if live_pid(pidfile) is not None:
+        return
+    spawn(
+        [
+            sys.executable,
+            "-m",
+            "gpuctl.lab.supervisor",
+            name,
+            str(root),
+            netns_name(name),
+            str(pidfile),
+        ],
+        run_dir / f"{name}.log",
+    )
+    deadline = time.monotonic() + 10
+    while live_pid(pidfile) is None:
+        if time.monotonic() > deadline:
+            raise LabError(f"{name}: the supervisor did not start (see {run_dir}/{name}.log)")
+        time.sleep(0.1)
+
+
+def stays_down(root: str) -> bool:
     """The simulated fault `no_reboot`: the machine hangs in its reboot and never returns."""
     try:
         faults = json.loads(Path(root, "var/lib/gpuctl-lab-sim/faults.json").read_text())
@@ -180,7 +251,7 @@ def main(argv: list[str]) -> int:
     boots = 0
     while not any(r in (STOP, OFF) for r in requests):
         requests[:] = [r for r in requests if r in (STOP, OFF)]  # it boots now anyway
-        if boots and _stays_down(root):
+        if boots and stays_down(root):
             print(f"gpuctl-lab: {name} does not come back (fault no_reboot)", flush=True)
             break
         boots += 1

@@ -16,6 +16,12 @@ def lab_dir() -> Path:
     return Path(os.environ.get("GPUCTL_LAB_DIR", "/var/lib/gpuctl-lab"))
 
 
+def wheelhouse_dir() -> Path:
+    """``<lab dir>/wheelhouse``: the wheels of gpuctl's node check for the lab nodes (they have
+    no internet; gpuctl.provision.wheelhouse builds it)."""
+    return lab_dir() / "wheelhouse"
+
+
 def run_dir() -> Path:
     """``<lab dir>/run``: pid files and logs of the lab's processes (made when missing)."""
     d = lab_dir() / "run"
@@ -62,6 +68,20 @@ def run(
         detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise LabError(f"{' '.join(argv)} failed ({proc.returncode}): {' / '.join(detail)}")
     return result
+
+
+def spawn(argv: Sequence[str], log: Path, *, cwd: str | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in the background, in its own session, its output appended to ``log``
+    (the lab's servers and node supervisors; they outlive this process)."""
+    with open(log, "ab") as handle:
+        return subprocess.Popen(  # noqa: S603 - argv list, never a shell
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=cwd,
+        )
 
 
 def require_root() -> None:

@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
-from gpuctl.config import load_cluster
 from gpuctl.config.derived import split_top_level
+from gpuctl.config.model import Cluster
 from gpuctl.errors import EnvironmentProblem, UsageError
 from gpuctl.fileio import write_atomic
 from gpuctl.provision.runs import (
@@ -68,10 +68,8 @@ class ProvisionResult:
 
 
 def state_dir_for(cluster_path: Path, state_dir: Path | None = None) -> Path:
-    """Where runs are kept: --state-dir, else $GPUCTL_STATE_DIR, else .gpuctl beside cluster.yml.
-
-    Always absolute: ansible-runner runs Ansible from the playbooks directory, where a relative
-    inventory path would name nothing (Ansible then takes the path for a host name)."""
+    """The CLI's default for where runs are kept: --state-dir, else $GPUCTL_STATE_DIR, else
+    .gpuctl beside cluster.yml. Always absolute (see :func:`provision`)."""
     if state_dir is not None:
         return state_dir.resolve()
     env = os.environ.get("GPUCTL_STATE_DIR")
@@ -119,11 +117,10 @@ def _lock(state_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def known_hosts_file(cluster_path: Path, configured: str) -> Path:
-    """The cluster's known_hosts (relative to cluster.yml's folder); missing or empty: an error."""
+def known_hosts_file(configured: str) -> Path:
+    """The cluster's known_hosts (``ssh.known_hosts`` as the loader resolved it, ``~``
+    expanded); missing or empty: an error."""
     path = Path(os.path.expanduser(configured))
-    if not path.is_absolute():
-        path = cluster_path.resolve().parent / path
     if not path.is_file() or path.stat().st_size == 0:
         raise EnvironmentProblem(
             f"ssh.known_hosts: {path} is missing or empty; gpuctl checks every node's host key "
@@ -208,26 +205,30 @@ def _ansible_playbook() -> str | None:
 
 
 def provision(
-    cluster_path: Path,
+    cluster: Cluster,
     *,
+    cluster_file: Path,
+    state_dir: Path,
     limit: str | None = None,
     tags: str | None = None,
     check: bool = False,
     diff: bool = False,
     resume: bool = False,
-    state_dir: Path | None = None,
     on_event: Callable[[ProgressEvent], None] | None = None,
     cancel: threading.Event | None = None,
     playbook: str | None = None,
     extra_envvars: dict[str, str] | None = None,
 ) -> ProvisionResult:
-    """Render cluster.yml into a new run directory and run ``playbook`` on it."""
-    cluster = load_cluster(cluster_path)
-    known_hosts = known_hosts_file(cluster_path, cluster.ssh.known_hosts)
+    """Render the loaded ``cluster`` into a new run directory under ``state_dir`` and run
+    ``playbook`` on it. ``cluster_file`` is the cluster.yml it was loaded from (kept in the run
+    record). The state directory is made absolute: ansible-runner runs Ansible from the
+    playbooks directory, where a relative inventory path would name nothing (Ansible then takes
+    the path for a host name)."""
+    known_hosts = known_hosts_file(cluster.ssh.known_hosts)
     binary = _ansible_playbook()
     if binary is None:
         raise EnvironmentProblem("ansible-playbook is not installed (it comes with ansible-core)")
-    state = state_dir_for(cluster_path, state_dir)
+    state = state_dir.resolve()
     with _lock(state):
         resumed_from: str | None = None
         if resume:
@@ -261,7 +262,7 @@ def provision(
         run_dir.mkdir(mode=0o700)
         record = RunRecord(
             run_id=run_id,
-            cluster=str(cluster_path.resolve()),
+            cluster=str(cluster_file.resolve()),
             started=now_iso(),
             check=check,
             diff=diff,

@@ -23,14 +23,14 @@ from ClusterShell.NodeSet import NodeSet
 from gpuctl import __version__
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds, nodes
-from gpuctl.config.model import Cluster, NodeGroup, RoceQos, Slurm
-from gpuctl.config.rules import (
+from gpuctl.config.facts import (
     ansible_group_name,
     effective_interconnect,
     fabric_rate,
     has_nvswitch,
     topology_fabric,
 )
+from gpuctl.config.model import Cluster, NodeGroup, RoceQos, Slurm
 from gpuctl.errors import RenderError
 from gpuctl.fileio import SECRET_DIR_MODE, SECRET_FILE_MODE, write_atomic
 from gpuctl.resources import templates_dir

@@ -8,7 +8,6 @@ audit.jsonl so that a killed rollout continues where it stopped. No SSH, Slurm o
 from gpuctl.rollout.backend import (
     Backend,
     BackendError,
-    SlurmNode,
     ValidationOutcome,
     Versions,
 )
@@ -61,7 +60,6 @@ __all__ = [
     "RolloutLocked",
     "RolloutState",
     "RolloutStore",
-    "SlurmNode",
     "Status",
     "ValidationOutcome",
     "Versions",

@@ -41,9 +41,10 @@ VAULT_PASSWORD_ENV = "ANSIBLE_VAULT_PASSWORD_FILE"  # noqa: S105 - a variable na
 MIXED = "mixed"
 
 
-def _resolve(cluster_path: Path, value: str) -> Path:
-    path = Path(os.path.expanduser(value))
-    return path if path.is_absolute() else cluster_path.parent / path
+def _resolve(value: str) -> Path:
+    """A path-valued bmc field as the loader left it (relative ones already made relative to
+    the folder of cluster.yml), with ``~`` expanded."""
+    return Path(os.path.expanduser(value))
 
 
 def _private(path: Path, what: str) -> bytes:
@@ -69,9 +70,9 @@ def load_credentials(cluster_path: Path, cluster: Cluster) -> redfish.Credential
             return redfish.Credentials.from_env(spec.username_env, spec.password_env)
         except redfish.RedfishError as exc:
             raise UsageError(f"bmc.credentials: {exc}") from None
-    vault = _resolve(cluster_path, spec.vault_file)
+    vault = _resolve(spec.vault_file)
     if spec.vault_password_file is not None:
-        pw_file = _resolve(cluster_path, spec.vault_password_file)
+        pw_file = _resolve(spec.vault_password_file)
     elif os.environ.get(VAULT_PASSWORD_ENV):
         pw_file = Path(os.path.expanduser(os.environ[VAULT_PASSWORD_ENV]))
     else:
@@ -123,7 +124,7 @@ def check_bmc_access(cluster_path: Path, cluster: Cluster, nodes: list[str]) -> 
             f"no BMC address for {', '.join(missing)}: set node_groups[].bmc_addresses"
         )
     if cluster.bmc.ca_bundle is not None:
-        ca = _resolve(cluster_path, cluster.bmc.ca_bundle)
+        ca = _resolve(cluster.bmc.ca_bundle)
         if not ca.is_file():
             raise UsageError(f"bmc.ca_bundle: {ca} is not a file")
     return load_credentials(cluster_path, cluster)
@@ -193,9 +194,7 @@ class BmcAccess:
         endpoint = redfish.BmcEndpoint(
             url,
             verify_tls=s.verify_tls,
-            ca_bundle=(
-                str(_resolve(self.cluster_path, s.ca_bundle)) if s.ca_bundle is not None else None
-            ),
+            ca_bundle=(str(_resolve(s.ca_bundle)) if s.ca_bundle is not None else None),
             allow_plain_http=self._plain,
         )
         client = redfish.RedfishClient(endpoint, self._creds(), timeout_s=s.request_timeout_s)

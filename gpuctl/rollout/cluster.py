@@ -1,7 +1,7 @@
 """The rollout backend for a real cluster: Slurm through ``scontrol``/``squeue`` on the
 controller, the nodes over SSH (the same paramiko transport and host key rules as
 `gpuctl validate`), the vendor tools of :mod:`gpuctl.rollout.tools`, validation through
-:func:`gpuctl.validation.collect.validate`.
+:func:`gpuctl.validation.api.validate`.
 
 Components this backend can apply:
 
@@ -31,25 +31,25 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.model import Cluster
 from gpuctl.errors import UsageError
+from gpuctl.remote import Connector, ExecResult, LinkSession, Target, Unreachable, connect
+from gpuctl.remote.ssh import ParamikoConnector, ssh_settings
 from gpuctl.rollout import tools
-from gpuctl.rollout.backend import BackendError, SlurmNode, ValidationOutcome, Versions
+from gpuctl.rollout.backend import BackendError, ValidationOutcome, Versions
 from gpuctl.rollout.bmc import BmcAccess, check_bmc_access
 from gpuctl.rollout.model import Component, Restart
-from gpuctl.validation.collect import (
-    Connector,
-    ExecResult,
-    ParamikoConnector,
-    Session,
-    Target,
-    Unreachable,
-    command_line,
-    ssh_settings,
+from gpuctl.slurm import (
+    NotUnderstood,
+    SlurmNode,
+    failure_text,
+    read_nodes,
+    show_argv,
+    update_argv,
 )
-from gpuctl.validation.slurm import NotUnderstood, failure_text, slurm_nodes
 
 REMOTE_DIR = "/var/tmp/gpuctl-rollout"  # noqa: S108 - root-owned dir made 0700 on the node
 COMMAND_TIMEOUT_S = 120
@@ -136,7 +136,7 @@ class ClusterBackend:
         self.address = {n.name: n.address or n.name for n in cluster_nodes(cluster)}
         self.become = False
         if connector is None:
-            settings = ssh_settings(cluster, cluster_path)
+            settings = ssh_settings(cluster)
             self.become = settings.become
             connector = ParamikoConnector(settings)
         self.connector = connector
@@ -145,7 +145,7 @@ class ClusterBackend:
         self._validate = validate_fn
         self._clock = clock
         self._sleeper = sleeper
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, LinkSession] = {}
         self._host_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._provision_lock = threading.Lock()
@@ -166,13 +166,14 @@ class ClusterBackend:
         with self._lock:
             return self._host_locks.setdefault(host, threading.Lock())
 
-    def _session(self, host: str) -> Session:
+    def _session(self, host: str) -> LinkSession:
         with self._lock:
             cached = self._sessions.get(host)
         if cached is not None:
             return cached
         try:
-            session = self.connector.connect(Target(host, self.address.get(host, host)))
+            target = Target(host, self.address.get(host, host))
+            session = connect(self.connector, target, become=self.become)
         except Unreachable as exc:
             raise BackendError(f"cannot reach {host}: {exc.reason}") from None
         with self._lock:
@@ -192,9 +193,7 @@ class ClusterBackend:
         with self._host_lock(host):
             for attempt in (1, 2):
                 session = self._session(host)
-                res = session.start(command_line(argv, timeout_s, become=self.become)).finish(
-                    timeout_s + 30
-                )
+                res = session.run(argv, timeout_s)
                 if res.error is not None and res.rc is None and attempt == 1:
                     self._forget(host)
                     continue
@@ -210,28 +209,29 @@ class ClusterBackend:
     # -- Slurm ---------------------------------------------------------------------------
 
     def slurm_node(self, node: str) -> SlurmNode:
-        text = self._checked(self.controller, ["scontrol", "show", "node", node])
+        text = self._checked(self.controller, show_argv(node))
         try:
-            record = slurm_nodes(text).get(node)
+            record = read_nodes(text).get(node)
         except NotUnderstood as exc:
             raise BackendError(
                 f"scontrol show node {node}: output not understood ({exc})"
             ) from None
         if record is None:
             raise BackendError(f"Slurm does not know {node} (scontrol show node {node})")
-        words = str(record.get("state") or "").split("+")
-        words += [str(f) for f in record.get("state_flags") or []]
-        reason = record.get("reason")
-        return SlurmNode(
-            frozenset(w for w in words if w), reason if isinstance(reason, str) and reason else None
-        )
+        return SlurmNode.from_record(record)
 
-    def drain(self, node: str, reason: str) -> None:
-        argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]
+    def _update(self, node: str, state: Literal["drain", "resume"], reason: str | None) -> None:
+        try:
+            argv = update_argv(node, state, reason)
+        except ValueError as exc:
+            raise BackendError(str(exc)) from None
         self._checked(self.controller, argv)
 
+    def drain(self, node: str, reason: str) -> None:
+        self._update(node, "drain", reason)
+
     def resume(self, node: str) -> None:
-        self._checked(self.controller, ["scontrol", "update", f"nodename={node}", "state=resume"])
+        self._update(node, "resume", None)
 
     def jobs_on(self, node: str) -> int:
         # running, completing and suspended jobs all hold the node (squeue(1) --states)
@@ -325,12 +325,9 @@ class ClusterBackend:
         """Copy over SFTP: straight to ``remote`` as root; as another user (sudo) to the login's
         home first, then moved into place by root."""
         session = self._session(node)
-        put = getattr(session, "put", None)
-        if put is None:
-            raise BackendError(f"{node}: this connection cannot copy files")
         staging = f"{remote}.part" if not self.become else f"gpuctl-upload-{self._image_sha}"
         try:
-            staging = str(put(data, staging))
+            staging = session.put(data, staging)
         except OSError as exc:
             raise BackendError(f"{node}: copying {self.image} failed: {exc}") from None
         self._checked(node, ["mv", "-f", "--", staging, remote])
@@ -396,10 +393,11 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def validate_with_gpuctl(cluster_path: Path, out_root: Path) -> ValidateFn:
-    """`gpuctl validate --limit NODE --level LEVEL` into ``out_root/<node>-<n>``: passed when the
-    node has no failed check; the reason names the failed checks."""
-    from gpuctl.validation.collect import validate
+def validate_with_gpuctl(cluster: Cluster, out_root: Path) -> ValidateFn:
+    """`gpuctl validate --limit NODE --level LEVEL` of the loaded ``cluster`` (read once per
+    rollout) into ``out_root/<node>-<n>``: passed when the node has no failed check; the reason
+    names the failed checks."""
+    from gpuctl.validation.api import validate
     from gpuctl.validation.reports.drain import drain_reason
 
     counter = {"n": 0}
@@ -410,7 +408,7 @@ def validate_with_gpuctl(cluster_path: Path, out_root: Path) -> ValidateFn:
             counter["n"] += 1
             out = out_root / f"{node}-{time.strftime('%Y%m%dT%H%M%S')}-{counter['n']}"
         try:
-            result = validate(cluster_path, level=level, limit=node, out=out)
+            result = validate(cluster, level=level, limit=node, out=out)
         except Exception as exc:  # the validation could not run: fail closed
             return ValidationOutcome(False, f"validation could not run: {exc}")
         verdicts = [n for n in result.report.nodes if n.node == node]
@@ -423,14 +421,16 @@ def validate_with_gpuctl(cluster_path: Path, out_root: Path) -> ValidateFn:
     return run
 
 
-def provision_with_gpuctl(cluster_path: Path, state_dir: Path | None) -> ProvisionFn:
-    """The driver's update: the nvidia_driver and fabric_manager roles on one node."""
+def provision_with_gpuctl(cluster: Cluster, cluster_path: Path, state_dir: Path) -> ProvisionFn:
+    """The driver's update: the nvidia_driver and fabric_manager roles on one node (runs under
+    ``state_dir``, the loaded ``cluster`` rendered once per node)."""
     from gpuctl.provision import provision
 
     def run(node: str) -> str | None:
         try:
             result = provision(
-                cluster_path,
+                cluster,
+                cluster_file=cluster_path,
                 limit=node,
                 tags="nvidia_driver,fabric_manager",
                 state_dir=state_dir,

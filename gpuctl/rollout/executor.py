@@ -82,7 +82,6 @@ from typing import Any
 from gpuctl.rollout.backend import (
     Backend,
     BackendError,
-    SlurmNode,
     poll_slurm_node,
     settled_slurm_node,
 )
@@ -101,6 +100,7 @@ from gpuctl.rollout.model import (
     seconds,
 )
 from gpuctl.rollout.store import RolloutStore
+from gpuctl.slurm import Owner, SlurmNode
 
 Step = Callable[["Executor", str, bool], None]
 
@@ -133,6 +133,7 @@ class Executor:
         self._target = plan.target
         self._component = plan.component
         self._reason = drain_reason(plan.component, plan.target)
+        self._owner = Owner(self._reason, exact=True)  # resume only what this rollout drained
         self._kind = RESTART_KIND[plan.component]
         self._lock = threading.Lock()
         self._errors: list[BaseException] = []
@@ -314,13 +315,8 @@ class Executor:
                 slurm = self._backend.slurm_node(node)
             except BackendError:
                 continue
-            if not slurm.drained_with(self._reason):
-                found = "not drained" if not slurm.is_drained else f"drained: {slurm.reason}"
-                self._set(
-                    node,
-                    {"drained": False},
-                    AuditEvent("released", node, {"found": found}),
-                )
+            if not slurm.drained_by(self._owner):
+                self._set(node, {"drained": False}, _released(node, slurm)[1])
 
     def _finish(self, budget_halt: str | None) -> RolloutState:
         st = self._state
@@ -431,7 +427,7 @@ class Executor:
 
     def _step_draining(self, node: str, reconcile: bool) -> None:
         slurm = settled_slurm_node(self._backend, node)
-        if slurm.drained_with(self._reason):
+        if slurm.drained_by(self._owner):
             # a resumed rollout whose drain had gone through before the kill
             self._advance(node, Phase.WAITING_JOBS, AuditEvent("drained", node, {"found": True}))
             return
@@ -473,27 +469,15 @@ class Executor:
         """Drain timeout: gpuctl changed nothing, so it resumes the node (if still its own)."""
         try:
             slurm = self._backend.slurm_node(node)
-            if slurm.drained_with(self._reason):
+            if slurm.drained_by(self._owner):
                 self._backend.resume(node)
                 self._fail(
                     node, Phase.WAITING_JOBS, why, AuditEvent("resumed", node), drained=False
                 )
-            elif slurm.is_drained:
-                self._fail(
-                    node,
-                    Phase.WAITING_JOBS,
-                    f"{why}; left drained: reason changed by someone else ({slurm.reason})",
-                    AuditEvent("released", node, {"found": f"drained: {slurm.reason}"}),
-                    drained=False,
-                )
             else:
-                self._fail(
-                    node,
-                    Phase.WAITING_JOBS,
-                    why,
-                    AuditEvent("released", node, {"found": "not drained"}),
-                    drained=False,
-                )
+                left, released = _released(node, slurm)
+                reason = f"{why}; {left}" if left else why
+                self._fail(node, Phase.WAITING_JOBS, reason, released, drained=False)
         except BackendError as exc:
             self._fail(node, Phase.WAITING_JOBS, f"{why}; could not resume it: {exc}")
 
@@ -623,7 +607,7 @@ class Executor:
         # has): the slot is given back once it has.
         b, timeout = self._backend, seconds(self._policy.reboot_timeout_s)
         slurm, ok = self._await_slurmd(
-            node, lambda s: s.responding or not s.drained_with(self._reason)
+            node, lambda s: s.responding or not s.drained_by(self._owner)
         )
         if not ok:
             self._fail(
@@ -633,7 +617,7 @@ class Executor:
                 f"the update (Slurm state {slurm.state}); left drained",
             )
             return
-        if slurm.drained_with(self._reason):
+        if slurm.drained_by(self._owner):
             b.resume(node)
             slurm, ok = self._await_slurmd(node, lambda s: s.responding)
             if not ok:
@@ -647,23 +631,22 @@ class Executor:
                 )
                 return
             self._end(node, Phase.DONE, "", AuditEvent("resumed", node), drained=False)
-        elif slurm.is_drained:
-            self._end(
-                node,
-                Phase.DONE,
-                f"left drained: reason changed by someone else ({slurm.reason})",
-                AuditEvent("released", node, {"found": f"drained: {slurm.reason}"}),
-                drained=False,
-            )
         else:
-            # resumed already: by a run that was killed after its resume, or by someone else
-            self._end(
-                node,
-                Phase.DONE,
-                "",
-                AuditEvent("released", node, {"found": "not drained"}),
-                drained=False,
-            )
+            # re-drained by someone else, or resumed already (by a run that was killed after
+            # its resume, or by someone else)
+            left, released = _released(node, slurm)
+            self._end(node, Phase.DONE, left, released, drained=False)
+
+
+def _released(node: str, slurm: SlurmNode) -> tuple[str, AuditEvent]:
+    """A node gpuctl drained that is no longer drained with gpuctl's reason: what it was left
+    as (for the node's reason; empty when it is not drained) and the audit event giving it up."""
+    if slurm.is_drained:
+        return (
+            f"left drained: reason changed by someone else ({slurm.reason})",
+            AuditEvent("released", node, {"found": f"drained: {slurm.reason}"}),
+        )
+    return "", AuditEvent("released", node, {"found": "not drained"})
 
 
 _STEPS: dict[Phase, Step] = {

@@ -26,10 +26,11 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from gpuctl.config.model import Level
 from gpuctl.errors import GpuctlError
 
 SCHEMA = 1
-VALIDATE_LEVELS: tuple[str, ...] = ("quick", "standard", "long")
+VALIDATE_LEVELS: tuple[str, ...] = tuple(level.value for level in Level)
 
 
 class RolloutError(GpuctlError):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gpuctl.rollout.backend import BackendError, SlurmNode, Versions
+from gpuctl.rollout.backend import BackendError, Versions
 from gpuctl.rollout.model import (
     Action,
     Component,
@@ -31,6 +31,7 @@ from gpuctl.rollout.model import (
     RolloutError,
     resolve_max_unavailable,
 )
+from gpuctl.slurm import SlurmNode
 
 
 def _chunks(items: Sequence[str], size: int) -> list[tuple[str, ...]]:

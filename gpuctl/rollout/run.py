@@ -1,10 +1,15 @@
-"""`gpuctl rollout plan|apply|status|resume|abort` as library calls: cluster.yml in, result
-objects out (the CLI renders them).
+"""`gpuctl rollout plan|apply|status|resume|abort` as library calls: a loaded cluster.yml in,
+result objects out (the CLI loads cluster.yml, once per invocation, and renders the results).
 
-Scope: the cluster's Slurm compute nodes (cluster.yml order), narrowed by ``--limit``. State:
-``<state dir>/rollouts/<id>/`` (state.json, audit.jsonl, options.json, validate/ bundles),
-``<state dir>`` being ``--state-dir``, ``$GPUCTL_STATE_DIR`` or ``.gpuctl`` beside cluster.yml,
-as for `gpuctl provision`. One rollout per cluster at a time (``rollouts/.lock``).
+Every entry point takes the :class:`~gpuctl.config.model.Cluster` the CLI loaded and the path it
+was read from (recorded in options.json, and what the backend's BMC credentials and provisioning
+run resolve against): an edit of cluster.yml during a rollout changes nothing in it, thresholds
+included. Scope: the cluster's Slurm compute nodes (cluster.yml order), narrowed by
+``--limit``. State: ``<state dir>/rollouts/<id>/`` (state.json, audit.jsonl, options.json,
+validate/ bundles), ``<state dir>`` being ``--state-dir``, ``$GPUCTL_STATE_DIR`` or ``.gpuctl``
+beside cluster.yml, as for `gpuctl provision` (the CLI resolves it:
+:func:`gpuctl.provision.runner.state_dir_for`). One rollout per cluster at a time
+(``rollouts/.lock``).
 """
 
 from __future__ import annotations
@@ -17,15 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuctl.config import load_cluster
+from gpuctl.config.facts import roles_of
 from gpuctl.config.model import Cluster
-from gpuctl.config.rules import roles_of
 from gpuctl.errors import UsageError
 from gpuctl.provision.runner import state_dir_for
 from gpuctl.rollout.backend import (
     Backend,
     BackendError,
-    SlurmNode,
     Versions,
     settled_slurm_node,
 )
@@ -38,11 +41,13 @@ from gpuctl.rollout.cluster import (
 )
 from gpuctl.rollout.executor import Executor
 from gpuctl.rollout.model import (
+    AuditEvent,
     Component,
     Plan,
     Policy,
     PolicyError,
     RolloutError,
+    RolloutLocked,
     RolloutState,
     Status,
 )
@@ -56,7 +61,8 @@ from gpuctl.rollout.store import (
     read_json_file,
     write_state_file,
 )
-from gpuctl.validation.collect import select_nodes
+from gpuctl.slurm import SlurmNode
+from gpuctl.validation.scope import select_nodes
 
 OPTIONS = "options.json"
 READ_PARALLEL = 32
@@ -170,8 +176,8 @@ def cluster_backend(
         cluster_path,
         cluster,
         image=image,
-        provision_fn=provision_with_gpuctl(cluster_path, None),
-        validate_fn=validate_with_gpuctl(cluster_path, rollout_dir / "validate"),
+        provision_fn=provision_with_gpuctl(cluster, cluster_path, state_dir_for(cluster_path)),
+        validate_fn=validate_with_gpuctl(cluster, rollout_dir / "validate"),
     )
 
 
@@ -191,6 +197,7 @@ class PlanResult:
 
 
 def make_plan(
+    cluster: Cluster,
     cluster_path: Path,
     component: Component,
     target: str,
@@ -202,7 +209,6 @@ def make_plan(
     work_dir: Path | None = None,
 ) -> PlanResult:
     """Read every node in scope and plan; changes nothing."""
-    cluster = load_cluster(cluster_path)
     check_supported(cluster_path, cluster, component, target, image, scope(cluster, limit))
     factory = backend_factory or cluster_backend
     where = work_dir or Path(".")
@@ -251,22 +257,22 @@ class RunResult:
 
 
 def apply(
+    cluster: Cluster,
     cluster_path: Path,
     component: Component,
     target: str,
     *,
+    state: Path,
     limit: str | None = None,
     flags: PolicyOverrides | None = None,
     image: Path | None = None,
-    state_dir: Path | None = None,
     backend_factory: BackendFactory | None = None,
     on_started: Callable[[RolloutStore], None] | None = None,
 ) -> RunResult:
-    """Plan, record and run a new rollout. Refuses while an earlier one is unfinished (resume or
-    abort it first) and when the plan has nodes whose state could not be read."""
-    cluster = load_cluster(cluster_path)
+    """Plan, record and run a new rollout under the state dir ``state``. Refuses while an
+    earlier one is unfinished (resume or abort it first) and when the plan has nodes whose state
+    could not be read."""
     check_supported(cluster_path, cluster, component, target, image, scope(cluster, limit))
-    state = state_dir_for(cluster_path, state_dir)
     with cluster_lock(state):
         previous = current_rollout(state)
         if previous is not None:
@@ -333,17 +339,17 @@ def _options(store: RolloutStore) -> RolloutOptions:
 
 
 def resume(
+    cluster: Cluster,
     cluster_path: Path,
     *,
+    state: Path,
     flags: PolicyOverrides | None = None,
-    state_dir: Path | None = None,
     backend_factory: BackendFactory | None = None,
     on_started: Callable[[RolloutStore], None] | None = None,
 ) -> RunResult:
-    """Continue the current rollout where it stopped (killed, halted or aborted). Thresholds,
-    timeouts and the validation level may change; the batching may not."""
-    cluster = load_cluster(cluster_path)
-    state = state_dir_for(cluster_path, state_dir)
+    """Continue the current rollout under the state dir ``state`` where it stopped (killed,
+    halted or aborted). Thresholds, timeouts and the validation level may change; the batching
+    may not."""
     with cluster_lock(state):
         store = current_rollout(state)
         if store is None:
@@ -386,8 +392,8 @@ class StatusResult:
     running_pid: int | None  # the process running it now, None when none holds the lock
 
 
-def status(cluster_path: Path, *, state_dir: Path | None = None) -> StatusResult:
-    state = state_dir_for(cluster_path, state_dir)
+def status(state: Path) -> StatusResult:
+    """The current rollout under the state dir ``state``."""
     store = current_rollout(state)
     if store is None:
         raise UsageError(f"no rollout in {state}")
@@ -395,8 +401,6 @@ def status(cluster_path: Path, *, state_dir: Path | None = None) -> StatusResult
 
 
 def _holder(state: Path) -> int | None:
-    from gpuctl.rollout.model import RolloutLocked
-
     try:
         with cluster_lock(state):
             return None
@@ -411,13 +415,10 @@ class AbortResult:
     state: RolloutState
 
 
-def abort(cluster_path: Path, *, reason: str = "", state_dir: Path | None = None) -> AbortResult:
+def abort(state: Path, *, reason: str = "") -> AbortResult:
     """Ask the current rollout to stop: a running one starts no new node and ends ``aborted``
     once its nodes in flight are done; a stopped one is marked ``aborted`` now. Nodes gpuctl
     holds drained stay drained, with their record (resume continues them)."""
-    from gpuctl.rollout.model import AuditEvent, RolloutLocked
-
-    state = state_dir_for(cluster_path, state_dir)
     store = current_rollout(state)
     if store is None:
         raise UsageError(f"no rollout in {state}")

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from gpuctl.rollout.backend import BackendError, Versions
 from gpuctl.validation.numbers import json_loads, to_int
+from gpuctl.validation.parsers import firmware
 
 # ------------------------------------------------------------------------------------------
 # Errors
@@ -197,140 +198,88 @@ class NicFirmware:
         return self.flashed if self.flashed != self.running else None
 
 
-_BANNER = re.compile(r"^Querying (?:Mellanox|NVIDIA) devices firmware \.\.\.$")
-_DEVICE = re.compile(r"^Device #(\d+):$")
-_LABEL = re.compile(r"^  ([A-Za-z][A-Za-z0-9 ()/_.-]*?):\s*(.*?)\s*$")
-_VERSIONS_HEADER = re.compile(r"^  Versions:\s+(?:Current\s+Available|Current)\s*$")
-_VERSION_ROW = re.compile(r"^ {3,}(\S(?:.*?\S)?) {2,}(\S+)(?: +(\S+))?\s*$")
-_TRAILER = "---------"  # nine dashes; the device underline has ten
-
-
 def parse_mlxfwmanager_query(text: str) -> list[NicFirmware]:
     """The devices of ``mlxfwmanager --query`` (also ``mlxup --query`` and the query part that
     ``mlxfwmanager -u`` prints first), in their order.
 
-    Layout (mstflint ``mlxfwupdate/mlxfwmanager.cpp`` ``printDeviceInfoQuery``; fixtures in
-    tests/fixtures/ib and tests/fixtures/rollout): a banner, then per device ``Device #N:``, a
-    dashed underline, ``  Label:  value`` lines, ``  Versions:  Current  Available`` and one row
-    per image (``FW``, ``FW (Running)``, ``PXE``, ``UEFI``, ``UEFI Virtio net`` ...), then
-    ``  Status:``. Release-note lines after a status and the ``---------`` trailer are skipped.
+    Read by :func:`gpuctl.validation.parsers.firmware.scan_mlxfwmanager` (layout: mstflint
+    ``mlxfwupdate/mlxfwmanager.cpp`` ``printDeviceInfoQuery``; fixtures in tests/fixtures/ib and
+    tests/fixtures/rollout); any line out of its place fails: a ``-E-`` line, a line before the
+    first device, a device without its dashed underline, a line that is neither ``Label: value``
+    nor an image row. Release-note lines after a status and what follows the ``---------``
+    trailer are skipped.
     """
     tool = MLXFWMANAGER
-    devices: list[dict[str, Any]] = []
-    current: dict[str, Any] | None = None
-    section = "preamble"  # preamble | labels | versions | closed | trailer
-    for raw in _lines(text):
-        line = raw.rstrip()
-        if not line:
-            if section == "versions":
-                section = "labels"
-            continue
-        if line.startswith("-E-"):
-            raise _fail(tool, line)
-        if section == "trailer":
-            continue
-        if line == _TRAILER:
-            section = "trailer"
-            continue
-        match = _DEVICE.match(line)
-        if match:
-            current = {"number": _device_number(tool, match.group(1)), "labels": {}, "rows": {}}
-            devices.append(current)
-            section = "underline"
-            continue
-        if section == "preamble":
-            if _BANNER.match(line) or line.startswith(("-W-", "-I-")):
-                continue
-            raise _fail(tool, f"unexpected line before the first device: {line[:120]!r}")
-        if current is None:  # pragma: no cover - preamble handles this
-            raise _fail(tool, "no device block")
-        if section == "underline":
-            if not re.fullmatch(r"-{10}", line):
-                raise _fail(tool, f"device #{current['number']}: no underline ({line[:60]!r})")
-            section = "labels"
-            continue
-        if section == "closed":
-            continue  # release notes printed after the status of a device needing an update
-        if _VERSIONS_HEADER.match(line):
-            section = "versions"
-            continue
-        if section == "versions":
-            row = _VERSION_ROW.match(line)
-            if row:
-                name = row.group(1)
-                if name in current["rows"]:
-                    raise _fail(tool, f"device #{current['number']}: {name!r} row twice")
-                current["rows"][name] = (row.group(2), row.group(3))
-                continue
-            section = "labels"
-        label = _LABEL.match(line)
-        if not label:
-            raise _fail(tool, f"device #{current['number']}: unrecognised line {line[:120]!r}")
-        current["labels"][label.group(1)] = label.group(2)
-        if label.group(1) == "Status":
-            section = "closed"
-    if not devices:
+    scan = firmware.scan_mlxfwmanager(_lines(text))
+    for note in scan.notes:
+        if note.kind == "error":
+            raise _fail(tool, note.text)
+        if note.kind == "bad-number":
+            raise _fail(tool, f"device number {note.text[:40]!r} is not a number")
+        if note.device is None:
+            raise _fail(tool, f"unexpected line before the first device: {note.text[:120]!r}")
+        where = f"device #{to_int(scan.devices[note.device - 1].number)}"
+        if note.kind == "underline":
+            raise _fail(tool, f"{where}: no underline ({note.text[:60]!r})")
+        if note.kind == "duplicate":
+            raise _fail(tool, f"{where}: {note.text!r} row twice")
+        if note.kind in ("unknown", "noise", "layout"):
+            raise _fail(tool, f"{where}: unrecognised line {note.text[:120]!r}")
+    if not scan.devices:
         raise _fail(tool, "no 'Device #N:' block (no devices found, or not mlxfwmanager output)")
-    return [_nic_device(tool, device) for device in devices]
+    return [_nic_device(tool, device) for device in scan.devices]
 
 
-def _nic_device(tool: str, device: dict[str, Any]) -> NicFirmware:
-    where = f"device #{device['number']}"
-    labels: dict[str, str] = device["labels"]
-    rows: dict[str, tuple[str, str | None]] = device["rows"]
-    name = labels.get("PCI Device Name", "")
-    psid = labels.get("PSID", "")
+def _nic_device(tool: str, device: firmware.AdapterQuery) -> NicFirmware:
+    where = f"device #{to_int(device.number)}"
+    rows = device.versions or {}
+    name = device.pci_device_name or ""
+    psid = device.psid or ""
     if name in _PLACEHOLDERS or psid in _PLACEHOLDERS:
         raise _fail(tool, f"{where}: no PCI Device Name or PSID")
-    if "Status" not in labels:
+    if device.status is None:
         raise _fail(tool, f"{where}: no Status line (output cut short?)")
     if "FW" not in rows:
         raise _fail(tool, f"{where} ({name}): no FW version row")
-    flashed = _version(tool, f"{name} FW", rows["FW"][0])
+    flashed = _version(tool, f"{name} FW", rows["FW"].current)
     running = flashed
     if "FW (Running)" in rows:
-        running = _version(tool, f"{name} FW (Running)", rows["FW (Running)"][0])
-    available = rows["FW"][1]
+        running = _version(tool, f"{name} FW (Running)", rows["FW (Running)"].current)
+    available = rows["FW"].available
     return NicFirmware(
         device=name,
         psid=psid,
         flashed=flashed,
         running=running,
         available=None if available is None or available in _PLACEHOLDERS else available,
-        status=labels["Status"] or None,
+        status=device.status or None,
     )
 
 
-_FLINT_FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9 ()/_.-]*?):\s*(.*?)\s*$")
-
-
 def parse_flint_query(text: str, device: str) -> NicFirmware:
-    """``flint -d DEVICE query`` (or ``mstflint ... q``, ``query full``) of one adapter.
+    """``flint -d DEVICE query`` (or ``mstflint ... q``, ``query full``) of one adapter, read by
+    :func:`gpuctl.validation.parsers.firmware.scan_flint_query`.
 
     ``FW Version:`` is the image on flash; ``FW Version(Running):`` appears only when the running
     firmware differs (mstflint ``flint/subcommands.cpp``: printed when ``running_fw_ver`` is set
     and differs from ``fw_ver``). flint does not print the device name, so the caller's
-    ``device`` is kept. Only the lines gpuctl needs are read; a ``-E-`` line is an error.
+    ``device`` is kept. Only the lines gpuctl needs are read (the first of each); a ``-E-`` line
+    is an error.
     """
     tool = FLINT
-    fields: dict[str, str] = {}
-    for raw in _lines(text):
-        line = raw.rstrip()
-        if not line or line[:1].isspace():
-            continue  # blank, or a Rom Info continuation line
-        if line.startswith("-E-"):
-            raise _fail(tool, f"{device}: {line}")
-        match = _FLINT_FIELD.match(line)
-        if match:
-            fields.setdefault(match.group(1).strip(), match.group(2))
-    if "FW Version" not in fields or "PSID" not in fields:
+    scan = firmware.scan_flint_query(_lines(text))
+    for note in scan.notes:
+        if note.kind == "error":
+            raise _fail(tool, f"{device}: {note.text}")
+    fw_version, psid = scan.first("FW Version"), scan.first("PSID")
+    if fw_version is None or psid is None:
         raise _fail(tool, f"{device}: no 'FW Version:' and 'PSID:' lines (not flint query output)")
-    flashed = _version(tool, f"{device} FW Version", fields["FW Version"])
+    flashed = _version(tool, f"{device} FW Version", fw_version)
     running = flashed
     for key in ("FW Version(Running)", "FW Version (Running)"):
-        if key in fields:
-            running = _version(tool, f"{device} {key}", fields[key])
-    psid = fields["PSID"]
+        value = scan.first(key)
+        if value is not None:
+            running = _version(tool, f"{device} {key}", value)
     if psid in _PLACEHOLDERS:
         raise _fail(tool, f"{device}: no PSID")
     return NicFirmware(device=device, psid=psid, flashed=flashed, running=running)

@@ -7,8 +7,8 @@ from typing import Any
 
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds
+from gpuctl.config.facts import effective_interconnect, fabric_rate
 from gpuctl.config.model import Cluster
-from gpuctl.config.rules import effective_interconnect, fabric_rate
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,6 @@ functions, and judging a bundle again replays it over the recorded runs.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -55,28 +54,29 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
 from gpuctl.config.catalog import Ceiling, fastest_rate, multinode_busbw_ceiling
 from gpuctl.resources import load_data
-from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.parsing import parse
-from gpuctl.validation.plausible import nccl_table_lie
-from gpuctl.validation.results import CheckResult, Verdict
-from gpuctl.validation.suite import (
+from gpuctl.slurm import SlurmNode
+from gpuctl.validation.bundle import (
+    META_FILE,
+    MULTINODE_DIR,
     OUTPUT_LIMIT,
     BundleFileError,
-    not_judged,
     read_bundle_file,
     read_bundle_json,
     short,
 )
+from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.parsing import parse
+from gpuctl.validation.plausible import nccl_table_lie
+from gpuctl.validation.results import CheckResult, Verdict
+from gpuctl.validation.suite import not_judged
 
 CHECK = "nccl.multinode"
-BUNDLE_DIR = "_multinode"  # <bundle>/_multinode/<group>/{meta.json,run-NN.txt}
-META_FILE = "meta.json"
 THRESHOLD_KEY = "nccl_multinode_busbw_gbs"
 # srun --time (minutes) and the outer `timeout` of the command (seconds): a hung step ends
 RUN_TIME_LIMIT_MIN = 10
@@ -85,7 +85,6 @@ IMMEDIATE_S = 60  # srun --immediate: give up when the nodes are not free within
 JOB_NAME = "gpuctl-nccl-multinode"
 NCCL_ARGS = ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1")
 SCONTROL_TIMEOUT_S = 60
-_UNFINISHED = "not finished (the collection was stopped)"
 
 
 # ------------------------------------------------------------------------------------------
@@ -547,26 +546,20 @@ def threshold_for(exp: NodeExpectation) -> tuple[float | None, str]:
 # Which nodes can run: Slurm's view of them
 
 
-_DOWN = {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND", "FUTURE", "UNKNOWN", "*"}
-_DRAIN = {"DRAIN", "DRAINED", "DRAINING"}
-
-
 def slurm_exclusion(record: Mapping[str, Any] | None) -> tuple[Verdict, str] | None:
     """Why Slurm cannot run a job on a node (``scontrol show node``, parsed), or None.
 
     A drained node (by anyone) is left out with a warning: it is measured again once it is back
     in service, and its own checks decide whether ``--drain-failed`` resumes it. A node that is
-    down or unknown to Slurm is not measured (UNKNOWN)."""
+    down (:attr:`gpuctl.slurm.SlurmNode.is_down`) or unknown to Slurm is not measured
+    (UNKNOWN)."""
     if record is None:
         return Verdict.UNKNOWN, "not measured: Slurm does not know the node"
-    words = [str(record.get("state") or ""), *(str(f) for f in record.get("state_flags") or [])]
-    upper = {w.upper() for w in words}
-    reason = record.get("reason")
-    because = f" ({reason})" if isinstance(reason, str) and reason else ""
-    if upper & _DOWN:
-        state = "+".join(w for w in words if w)
-        return Verdict.UNKNOWN, f"not measured: Slurm state {state}{because}"
-    if upper & _DRAIN:
+    node = SlurmNode.from_record(record)
+    because = f" ({node.reason})" if node.reason else ""
+    if node.is_down:
+        return Verdict.UNKNOWN, f"not measured: Slurm state {node.text}{because}"
+    if node.is_drained:
         return Verdict.WARN, f"not in the multi-node run: drained in Slurm{because}"
     return None
 
@@ -576,7 +569,7 @@ def slurm_exclusion(record: Mapping[str, Any] | None) -> tuple[Verdict, str] | N
 
 
 def group_dir(bundle: Path, group: str) -> Path:
-    return bundle / BUNDLE_DIR / group
+    return bundle / MULTINODE_DIR / group
 
 
 def run_file(index: int) -> str:
@@ -617,7 +610,8 @@ def read_runs(
             error = error or "no output recorded"
         else:
             try:
-                data = read_bundle_file(bundle, f"{BUNDLE_DIR}/{folder.name}/{name}", OUTPUT_LIMIT)
+                rel = f"{MULTINODE_DIR}/{folder.name}/{name}"
+                data = read_bundle_file(bundle, rel, OUTPUT_LIMIT)
             except BundleFileError as exc:
                 data, error = None, str(exc)
             text = data.decode("utf-8", errors="replace") if data is not None else None
@@ -657,7 +651,7 @@ def judge_bundle_dir(
     that node group; one whose judging raises fails them, the other groups are judged."""
     results: list[CheckResult] = []
     summary: dict[str, Any] = {}
-    root = bundle / BUNDLE_DIR
+    root = bundle / MULTINODE_DIR
     try:
         mode = os.lstat(root).st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -666,7 +660,7 @@ def judge_bundle_dir(
         return results, summary  # a link or a file: no run is read (due runs are UNKNOWN)
     for name in sorted(e.name for e in os.scandir(root) if not e.name.startswith(".")):
         members = [n for n, e in exps.items() if e.group == name and e.gpu_count]
-        rel = f"{BUNDLE_DIR}/{name}/{META_FILE}"
+        rel = f"{MULTINODE_DIR}/{name}/{META_FILE}"
         problem: str | None = None
         meta: Any = None
         try:
@@ -792,139 +786,3 @@ def judge_group(
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-# ------------------------------------------------------------------------------------------
-# Collecting (called by the collector with the controller's session)
-
-
-class Executed(Protocol):
-    """How one command on the controller ended (the collector's ExecResult)."""
-
-    @property
-    def stdout(self) -> bytes: ...
-
-    @property
-    def stderr(self) -> bytes: ...
-
-    @property
-    def rc(self) -> int | None: ...
-
-    @property
-    def timed_out(self) -> bool: ...
-
-    @property
-    def error(self) -> str | None: ...
-
-
-Execute = Callable[[tuple[str, ...], int], Executed]
-MetaOf = Callable[[Any, Sequence[str], float], dict[str, Any]]
-Write = Callable[[Path, bytes], None]
-
-
-def participants(
-    exps: Mapping[str, NodeExpectation], reached: Iterable[str], level: str | None
-) -> dict[str, list[str]]:
-    """Node group -> its reached GPU nodes at level ``long`` (groups of two or more)."""
-    groups: dict[str, list[str]] = {}
-    for node in reached:
-        exp = exps.get(node)
-        if exp is None or exp.gpu_count < 1 or (level or exp.level) != "long":
-            continue
-        groups.setdefault(exp.group, []).append(node)
-    return {g: nodes for g, nodes in groups.items() if len(nodes) >= 2}
-
-
-def _json(data: Any) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-
-
-def write_not_measured(
-    bundle: Path, groups: Mapping[str, list[str]], error: str, write: Write
-) -> None:
-    """Every group's meta.json saying why nothing was run (the nodes are judged UNKNOWN)."""
-    for group, nodes in groups.items():
-        write(group_dir(bundle, group) / META_FILE, _json({"nodes": nodes, "error": error}))
-
-
-def slurm_records(text: str) -> dict[str, dict[str, Any]] | str:
-    """``scontrol show node`` parsed, by node name; or why it cannot be read."""
-    parsed = parse("scontrol-node", text)
-    if not parsed.recognised:
-        return f"scontrol show node: output not understood ({'; '.join(parsed.problems)[:200]})"
-    return {str(n.get("NodeName")): n for n in parsed.data.get("nodes") or [] if n.get("NodeName")}
-
-
-def collect_group(
-    bundle: Path,
-    group: str,
-    nodes: Sequence[str],
-    exps: Mapping[str, NodeExpectation],
-    execute: Execute,
-    meta_of: MetaOf,
-    write: Write,
-    *,
-    slurm: Mapping[str, Mapping[str, Any]],
-    options: SrunOptions = SrunOptions(),
-    on_run: Callable[[RunOutcome], None] | None = None,
-) -> Location | None:
-    """Run one group's multi-node test (and the locator) with ``execute`` on the controller,
-    recording every run's output and outcome under ``<bundle>/_multinode/<group>/``."""
-    folder = group_dir(bundle, group)
-    excluded: dict[str, dict[str, str]] = {}
-    usable: list[str] = []
-    for node in nodes:
-        why = slurm_exclusion(slurm.get(node))
-        if why is None:
-            usable.append(node)
-        else:
-            excluded[node] = {"verdict": why[0].value, "message": why[1]}
-    meta: dict[str, Any] = {"nodes": usable, "excluded": excluded, "runs": []}
-    if options.max_runs:
-        meta["max_runs"] = options.max_runs
-    if len(usable) < 2:  # the others are out of service: no fault of this one
-        for node in usable:
-            excluded[node] = {
-                "verdict": Verdict.WARN.value,
-                "message": f"not measured: no other node of group {group} can run in Slurm",
-            }
-        meta["nodes"] = []
-        write(folder / META_FILE, _json(meta))
-        return None
-    threshold, source = threshold_for(exps[usable[0]])
-    # until the runs are done meta.json says they are not: a stopped collection is UNKNOWN
-    meta.update({"threshold": threshold, "threshold_source": source, "error": _UNFINISHED})
-    write(folder / META_FILE, _json(meta))
-    gpus = exps[usable[0]].gpu_count
-    ceiling = busbw_ceiling_of(exps[usable[0]])
-
-    def run(members: tuple[str, ...]) -> RunOutcome:
-        argv = srun_argv(members, gpus, options)
-        res = execute(argv, RUN_TIMEOUT_S)
-        name = run_file(len(meta["runs"]) + 1)
-        if res.stdout or res.error is None:
-            write(folder / name, res.stdout)
-        record = {**meta_of(res, argv, RUN_TIMEOUT_S), "file": name, "nodes": list(members)}
-        meta["runs"].append(record)
-        write(folder / META_FILE, _json(meta))
-        got = outcome(
-            members,
-            res.stdout.decode("utf-8", errors="replace") if res.stdout else None,
-            rc=res.rc,
-            timed_out=res.timed_out,
-            error=record.get("error"),
-            stderr=res.stderr.decode("utf-8", errors="replace"),
-            ceiling=ceiling,
-        )
-        if on_run is not None:
-            on_run(got)
-        return got
-
-    if threshold is None:  # measure once; judged UNKNOWN without a threshold
-        run(tuple(usable))
-        loc = None
-    else:
-        loc = locate(usable, run, threshold, options.max_runs)
-    del meta["error"]
-    write(folder / META_FILE, _json(meta))
-    return loc

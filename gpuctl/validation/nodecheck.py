@@ -1,9 +1,9 @@
 """`gpuctl node-check`: the validation suite on this node alone, for Slurm's HealthCheckProgram.
 
 The same probes as `gpuctl validate` (:func:`gpuctl.validation.probes.probes_for`: the same
-argv, timeouts and kinds), run here with :mod:`subprocess` (argv lists, never a shell), each
-bounded by its timeout; what they print is written into a bundle directory in the format of
-:mod:`gpuctl.validation.suite` (a temporary one unless ``out`` names one, which `gpuctl validate
+argv, timeouts and kinds), run here through :mod:`gpuctl.remote.local` (argv lists, never a
+shell), each bounded by its timeout; what they print is written into a bundle directory
+(:mod:`gpuctl.validation.bundle`: a temporary one unless ``out`` names one, which `gpuctl validate
 --bundle` can judge again) and judged by the same core (:func:`gpuctl.validation.suite.
 judge_node`). ib_write_bw needs a second node and is left to `gpuctl validate`.
 
@@ -19,111 +19,46 @@ node unless cluster.yml says ``validation.unknown_is_failure: false``.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import signal
 import socket
-import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuctl import __version__
-from gpuctl.config import load_cluster
 from gpuctl.config.model import Cluster
 from gpuctl.errors import UsageError
-from gpuctl.fileio import write_atomic
-from gpuctl.validation.collect import (
-    BUNDLE_FILE,
-    RESULTS_FILE,
-    ExecResult,
-    Target,
-    _check_out,
-    _NodeState,
-    with_level,
+from gpuctl.remote import ExecResult, Runner
+from gpuctl.remote.local import LocalSession
+from gpuctl.slurm import NotUnderstood, Owner, SlurmNode, read_nodes, show_argv
+from gpuctl.validation.bundle import (
+    NodeFolder,
+    check_out,
+    iso,
+    load_node_bundle,
+    new_header,
+    write_header,
+    write_results,
 )
 from gpuctl.validation.expect import expectations
-from gpuctl.validation.probes import KILL_AFTER_S, Probe, probes_for
+from gpuctl.validation.probes import Probe, probes_for
 from gpuctl.validation.reports.drain import drain_reason
 from gpuctl.validation.results import NodeReport, ValidationReport
-from gpuctl.validation.slurm import (
-    NotUnderstood,
-    SlurmAction,
-    failure_text,
-    is_down,
-    is_drained,
-    slurm_nodes,
-    update_argv,
-)
-from gpuctl.validation.suite import judge_node, load_node_bundle
+from gpuctl.validation.scope import with_level
+from gpuctl.validation.slurm import SlurmAction, failed, update_argv, why_failed
+from gpuctl.validation.suite import judge_node
 
 DEFAULT_CLUSTER = Path("/etc/gpuctl/cluster.yml")
 # The drain reasons node-check writes, and the only ones it clears. Not `gpuctl:` (that is
 # `gpuctl validate --drain-failed`'s): each tool resumes only the nodes it drained itself.
 PREFIX = "gpuctl node-check:"
+OWNER = Owner(PREFIX)
 LEVELS = ("quick", "standard")  # `long` (dcgmi diag -r 3, up to an hour) is validate's
 # Each scontrol call; slurmd kills a HealthCheckProgram after 60 s, so keep these short.
 SCONTROL_TIMEOUT_S = 10
-
-Runner = Callable[[Sequence[str], float], ExecResult]
-"""Runs ``argv`` bounded by ``timeout_s`` seconds: :func:`run_local`, or a fake in tests."""
-
-
-# ------------------------------------------------------------------------------------------
-# Running a command here
-
-
-def _killpg(proc: subprocess.Popen[bytes], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
-
-
-def run_local(argv: Sequence[str], timeout_s: float) -> ExecResult:
-    """Run ``argv`` (no shell) in its own process group with nothing on stdin. At ``timeout_s``
-    the group gets SIGTERM, KILL_AFTER_S later SIGKILL (what ``timeout -k`` does on the node for
-    `gpuctl validate`), and the result says ``timed_out``. A command that cannot be started is
-    reported as a shell would (exit 127 not found, 126 not executable); every exit status is
-    kept."""
-    started = time.monotonic()
-    try:
-        proc = subprocess.Popen(  # noqa: S603 - an argv list from the probe table
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except FileNotFoundError:
-        return ExecResult(stderr=f"{argv[0]}: command not found\n".encode(), rc=127)
-    except PermissionError:
-        return ExecResult(stderr=f"{argv[0]}: Permission denied\n".encode(), rc=126)
-    except OSError as exc:
-        return ExecResult(error=f"{argv[0]}: cannot be started: {exc.strerror or exc}")
-    try:
-        out, err = proc.communicate(timeout=max(timeout_s, 0.001))
-    except subprocess.TimeoutExpired:
-        _killpg(proc, signal.SIGTERM)
-        try:
-            out, err = proc.communicate(timeout=KILL_AFTER_S)
-        except subprocess.TimeoutExpired:
-            _killpg(proc, signal.SIGKILL)
-            out, err = proc.communicate()
-        return ExecResult(out, err, None, timed_out=True, seconds=time.monotonic() - started)
-    seconds = time.monotonic() - started
-    if proc.returncode < 0:
-        return ExecResult(
-            out,
-            err,
-            None,
-            error=f"{argv[0]} was killed by signal {-proc.returncode}",
-            seconds=seconds,
-        )
-    return ExecResult(out, err, proc.returncode, seconds=seconds)
 
 
 # ------------------------------------------------------------------------------------------
@@ -184,13 +119,11 @@ class NodeCheckResult:
 
 def slurm_plan(node: NodeReport, record: Mapping[str, Any]) -> SlurmAction:
     """What to do with this node in Slurm, given its `scontrol show node` record (parsed)."""
-    current = record.get("reason")
-    current = current if isinstance(current, str) and current else None
-    ours = current is not None and current.startswith(PREFIX)
-    drained, down = is_drained(record), is_down(record)
-    state = "+".join([str(record.get("state") or "?"), *map(str, record.get("state_flags") or [])])
+    slurm = SlurmNode.from_record(record)
+    current = slurm.reason
+    state = slurm.text
     if node.failed:
-        if drained or down:
+        if slurm.is_drained or slurm.is_down:
             return SlurmAction(
                 node.node,
                 "none",
@@ -199,9 +132,9 @@ def slurm_plan(node: NodeReport, record: Mapping[str, Any]) -> SlurmAction:
             )
         reason = drain_reason(node, PREFIX) or f"{PREFIX} node check failed"
         return SlurmAction(node.node, "drain", reason, f"drain: {reason}")
-    if drained and ours:
+    if slurm.drained_by(OWNER):
         return SlurmAction(node.node, "resume", current, "resume: passes again")
-    if drained or down:
+    if slurm.is_drained or slurm.is_down:
         return SlurmAction(
             node.node,
             "none",
@@ -211,19 +144,14 @@ def slurm_plan(node: NodeReport, record: Mapping[str, Any]) -> SlurmAction:
     return SlurmAction(node.node, "none", current, "in service")
 
 
-def _scontrol_failed(res: ExecResult) -> bool:
-    return res.rc != 0 or res.error is not None or res.timed_out
-
-
 def _slurm(node: NodeReport, runner: Runner) -> tuple[SlurmAction | None, str | None]:
     """Read the node's Slurm state, then drain or resume it: (action, error)."""
-    show = ("scontrol", "show", "node", node.node)
+    show = show_argv(node.node)
     res = runner(show, SCONTROL_TIMEOUT_S)
-    if _scontrol_failed(res):
-        why = "timed out" if res.timed_out else res.error
-        return None, failure_text(" ".join(show), res.rc, res.stderr, why)
+    if failed(res):
+        return None, why_failed(" ".join(show), res)
     try:
-        records = slurm_nodes(res.stdout.decode("utf-8", errors="replace"))
+        records = read_nodes(res.stdout.decode("utf-8", errors="replace"))
     except NotUnderstood as exc:
         return None, f"{' '.join(show)}: output not understood ({exc})"
     record = records.get(node.node)
@@ -240,14 +168,9 @@ def _slurm(node: NodeReport, runner: Runner) -> tuple[SlurmAction | None, str | 
             None,
         )
     done = runner(argv, SCONTROL_TIMEOUT_S)
-    if _scontrol_failed(done):
-        why = "timed out" if done.timed_out else done.error
-        error = failure_text("scontrol update", done.rc, done.stderr, why)
-        return (
-            SlurmAction(node.node, action.action, action.reason, action.detail, error=error),
-            None,
-        )
-    return SlurmAction(node.node, action.action, action.reason, action.detail, done=True), None
+    if failed(done):
+        return action.ended(error=why_failed("scontrol update", done)), None
+    return action.ended(), None
 
 
 # ------------------------------------------------------------------------------------------
@@ -259,18 +182,10 @@ def local_node_name() -> str:
     return socket.gethostname().split(".", 1)[0]
 
 
-def _iso(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _json_bytes(data: Any) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-
-
 @contextlib.contextmanager
 def _bundle_dir(out: Path | None) -> Iterator[Path]:
     if out is not None:
-        _check_out(out)
+        check_out(out)
         out.mkdir(parents=True, exist_ok=True)
         yield out
         return
@@ -279,7 +194,7 @@ def _bundle_dir(out: Path | None) -> Iterator[Path]:
 
 
 def _run_probes(
-    state: _NodeState,
+    state: NodeFolder,
     plan: list[tuple[Probe, tuple[str, ...]]],
     runner: Runner,
     deadline_s: float | None,
@@ -317,13 +232,13 @@ def _run_probes(
         one(item)
 
 
-def _cluster_node(cluster: Cluster, cluster_path: Path, name: str) -> None:
+def _cluster_node(cluster: Cluster, source: Path | str, name: str) -> None:
     names = [n for g in cluster.node_groups for n in g.node_names()]
     if name not in names:
         from ClusterShell.NodeSet import NodeSet
 
         raise UsageError(
-            f"node {name!r} is not in {cluster_path} (its nodes: {NodeSet.fromlist(names)}); "
+            f"node {name!r} is not in {source} (its nodes: {NodeSet.fromlist(names)}); "
             "pass --node NAME"
         )
 
@@ -335,50 +250,49 @@ def _is_compute(cluster: Cluster, name: str) -> bool:
     )
 
 
+def check_options(level: str, deadline_s: float | None) -> None:
+    """The options of :func:`node_check`, checked before cluster.yml is read."""
+    if level not in LEVELS:
+        raise UsageError(f"--level: {level!r} is not one of {', '.join(LEVELS)}")
+    if deadline_s is not None and deadline_s <= 0:
+        raise UsageError("--deadline must be more than 0 seconds")
+
+
 def node_check(
-    cluster_path: Path = DEFAULT_CLUSTER,
+    cluster: Cluster,
     *,
+    source: Path | str = DEFAULT_CLUSTER,
     node: str | None = None,
     level: str = "quick",
     drain: bool = True,
     out: Path | None = None,
     deadline_s: float | None = None,
-    runner: Runner = run_local,
+    runner: Runner | None = None,
 ) -> NodeCheckResult:
     """Check this node (``node``, default the short host name) at ``level`` and, with
     ``drain``, drain it in Slurm when it fails / resume it when it passes and node-check had
-    drained it. ``out``: keep the bundle there (a new or empty directory); ``deadline_s``:
-    end every probe still running that many seconds after the start (timed out: UNKNOWN)."""
+    drained it. ``source``: where ``cluster`` was read (for messages); ``out``: keep the bundle
+    there (a new or empty directory); ``deadline_s``: end every probe still running that many
+    seconds after the start (timed out: UNKNOWN); ``runner`` runs each command (here; a fake in
+    tests)."""
     started = time.monotonic()
-    if level not in LEVELS:
-        raise UsageError(f"--level: {level!r} is not one of {', '.join(LEVELS)}")
-    if deadline_s is not None and deadline_s <= 0:
-        raise UsageError("--deadline must be more than 0 seconds")
-    cluster = load_cluster(cluster_path)
+    check_options(level, deadline_s)
+    if runner is None:
+        runner = LocalSession().run
     name = node or local_node_name()
-    _cluster_node(cluster, cluster_path, name)
+    _cluster_node(cluster, source, name)
     exp = expectations(with_level(cluster, level))[name]
     plan = [(p, p.command(exp)) for p in probes_for(exp, level)]
     collected = datetime.now(UTC)
-    collected_at = _iso(collected)
+    collected_at = iso(collected)
     with _bundle_dir(out) as folder:
-        header = {
-            "gpuctl": __version__,
-            "collected_at": collected_at,
-            "level": level,
-            "nodes": [name],
-            "complete": False,
-            "node_check": True,
-        }
-        write_atomic(folder / BUNDLE_FILE, _json_bytes(header))
-        state = _NodeState(Target(name, "localhost"), folder / name)
+        header = {**new_header(collected_at, level, [name]), "node_check": True}
+        write_header(folder, header)
+        state = NodeFolder(folder / name)
         state.folder.mkdir(parents=True, exist_ok=True)
         _run_probes(state, plan, runner, deadline_s)
         state.write_meta()
-        write_atomic(
-            folder / BUNDLE_FILE,
-            _json_bytes({**header, "complete": True, "unreachable": {}, "pairs": []}),
-        )
+        write_header(folder, {**header, "complete": True, "unreachable": {}, "pairs": []})
         bundle = load_node_bundle(name, state.folder)
         results = judge_node(exp, bundle, datetime.fromisoformat(collected_at), pairs=False)
         report = ValidationReport(
@@ -387,7 +301,7 @@ def node_check(
             nodes=(NodeReport(name, tuple(results), cluster.validation.unknown_is_failure),),
             generated_at=collected_at,
         )
-        write_atomic(folder / RESULTS_FILE, report.dumps().encode("utf-8"))
+        write_results(folder, report)
         probes = {k: dict(v) for k, v in state.probes.items()}
     action: SlurmAction | None = None
     note: str | None = None

@@ -46,12 +46,12 @@ ParseFunc = Callable[..., ParseResult]
 
 @dataclass(frozen=True, slots=True)
 class ParserSpec:
-    """One kind of output: the command that produces it (where there is one) and its parser."""
+    """One kind of output and its parser. The commands that produce it are declared where they
+    are run (``gpuctl.validation.probes.PROBES`` and the few runners outside it), never here."""
 
     kind: str
     func: ParseFunc
     description: str
-    command: tuple[str, ...] | None = None
     options: tuple[str, ...] = ()  # keyword options the parser accepts (e.g. "fields")
 
 
@@ -62,7 +62,6 @@ def parser(
     kind: str,
     *,
     description: str,
-    command: tuple[str, ...] | None = None,
     options: tuple[str, ...] = (),
 ) -> Callable[[ParseFunc], ParseFunc]:
     """Register a parser for ``kind`` (used as a decorator in ``gpuctl.validation.parsers``)."""
@@ -70,7 +69,7 @@ def parser(
     def register(func: ParseFunc) -> ParseFunc:
         if kind in _REGISTRY and _REGISTRY[kind].func is not func:
             raise RuntimeError(f"two parsers registered for {kind!r}")  # a bug, at import time
-        _REGISTRY[kind] = ParserSpec(kind, func, description, command, options)
+        _REGISTRY[kind] = ParserSpec(kind, func, description, options)
         return func
 
     return register
@@ -112,3 +111,31 @@ def clean(text: str) -> str:
 
 def unrecognised(kind: str, reason: str, **data: Any) -> ParseResult:
     return ParseResult(kind=kind, recognised=False, data=dict(data), problems=(reason,))
+
+
+class LineProblems:
+    """A parser's problems in order, with unrecognised lines capped: the first ``limit`` are
+    named one by one, the rest counted (a mangled paste can have hundreds). ``ignored`` adds
+    "ignored" to the messages (the infiniband parsers' wording)."""
+
+    def __init__(self, *, ignored: bool = False, limit: int = 5) -> None:
+        self.items: list[str] = []
+        self._lines = 0
+        self._ignored = ignored
+        self._limit = limit
+
+    def add(self, message: str) -> None:
+        self.items.append(message)
+
+    def line(self, where: str, line: str) -> None:
+        self._lines += 1
+        if self._lines <= self._limit:
+            what = "unrecognised line ignored:" if self._ignored else "unrecognised line"
+            self.items.append(f"{where}: {what} {line.strip()[:120]!r}")
+
+    def result(self) -> tuple[str, ...]:
+        extra = self._lines - self._limit
+        if extra > 0:
+            tail = " ignored" if self._ignored else ""
+            return (*self.items, f"{extra} more unrecognised line(s){tail}")
+        return tuple(self.items)

@@ -2,10 +2,11 @@
 
 Every probe is a command line that an operator could type on the node (the same on a real
 cluster and in the lab), the kind its output is parsed as (the bundle file ``<kind>.txt``, see
-:mod:`gpuctl.validation.suite`), a timeout, the levels it belongs to and the hardware it needs.
-Which probes a node gets follows what the judges in :mod:`gpuctl.validation.judges` read for
-that node, so a node is never asked for output no judge reads, and no judge waits for output
-that was never collected.
+:mod:`gpuctl.validation.bundle`), a timeout, the levels it belongs to and the hardware it needs
+(``needs``, declared with the probe). This table is the only place a command is declared
+(`gpuctl parse list` shows these). A judge in :mod:`gpuctl.validation.judges` applies to a node
+exactly where a probe of a kind it reads runs (:func:`collects`), so a node is never asked for
+output no judge reads, and no judge waits for output that was never collected.
 
 Levels and their budgets. A budget bounds one node's own probes in the worst case (every
 probe running into its timeout, one after the other); nodes run in parallel. Typical times on
@@ -31,21 +32,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpuctl.resources import load_data
+from gpuctl.config.model import Level
 from gpuctl.validation.expect import NodeExpectation
 
-LEVELS = ("quick", "standard", "long")
-QUICK, STANDARD, LONG = LEVELS
+LEVELS: tuple[str, ...] = tuple(level.value for level in Level)
+QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.value
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
 # stays below it (a unit test checks every example cluster).
 LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 1800, LONG: 5400}
-
-# Extra seconds the collector waits past a probe's own timeout before it gives up on the
-# channel: the node-side `timeout` ends the command first and reports it (exit 124).
-GRACE_S = 15
-# The node-side `timeout` sends SIGKILL this long after SIGTERM.
-KILL_AFTER_S = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +51,7 @@ class Probe:
     argv: tuple[str, ...]  # may hold {gpus} (the node's GPU count)
     timeout_s: int
     levels: frozenset[str]
-    needs: str  # a key of NEEDS: which nodes run it
+    needs: Callable[[NodeExpectation], bool]  # which nodes run it
     exclusive: bool = False  # loads the GPUs: runs alone on its node, after the light probes
     description: str = ""
 
@@ -68,26 +63,37 @@ def _levels(*names: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def xid_window_hours() -> float:
-    """How far back an Xid still counts (data/xid.yml `window_hours`)."""
-    return float(load_data("xid.yml")["window_hours"])
+# Which nodes need a probe (a probe's ``needs``). The judges follow: each applies where a probe
+# of a kind it reads runs (:func:`collects`), so these are the only copy of the conditions.
 
 
-# Which nodes need a probe; each mirrors the condition of the judge that reads the output.
-NEEDS: Mapping[str, Callable[[NodeExpectation], bool]] = {
-    # judge_gpus, judge_xid: any GPU
-    "gpus": lambda e: e.gpu_count > 0,
-    # judge_topology: two or more GPUs, or any high-speed NIC
-    "topology": lambda e: e.gpu_count >= 2 or bool(e.nics),
-    # judge_nccl: two or more GPUs
-    "multi_gpu": lambda e: e.gpu_count >= 2,
-    # judge_nvlink_status: GPUs joined by NVLink (bridge or NVSwitch)
-    "nvlink": lambda e: e.interconnect in ("nvswitch", "nvlink", "nvlink-bridge"),
-    # judge_fabric_manager: NVSwitch systems
-    "fabric_manager": lambda e: e.fabric_manager,
-    # judge_ib_ports: InfiniBand / RoCE adapters
-    "nics": lambda e: bool(e.nics),
-}
+def any_gpu(e: NodeExpectation) -> bool:
+    return e.gpu_count > 0
+
+
+def gpus_or_nics(e: NodeExpectation) -> bool:
+    """Two or more GPUs (a matrix between them), or any high-speed NIC (GPU-NIC affinity)."""
+    return e.gpu_count >= 2 or bool(e.nics)
+
+
+def multi_gpu(e: NodeExpectation) -> bool:
+    return e.gpu_count >= 2
+
+
+def nvlinked(e: NodeExpectation) -> bool:
+    """GPUs joined by NVLink (bridge or NVSwitch)."""
+    return e.interconnect in ("nvswitch", "nvlink", "nvlink-bridge")
+
+
+def nvswitch(e: NodeExpectation) -> bool:
+    """NVSwitch systems, which run Fabric Manager."""
+    return e.fabric_manager
+
+
+def any_nic(e: NodeExpectation) -> bool:
+    """InfiniBand / RoCE adapters."""
+    return bool(e.nics)
+
 
 PROBES: tuple[Probe, ...] = (
     Probe(
@@ -95,7 +101,7 @@ PROBES: tuple[Probe, ...] = (
         ("nvidia-smi", "-q", "-x"),
         60,
         _levels(QUICK, STANDARD, LONG),
-        "gpus",
+        any_gpu,
         description="GPU inventory, driver, ECC and row remapping, PCIe link, clocks, fabric",
     ),
     Probe(
@@ -103,7 +109,7 @@ PROBES: tuple[Probe, ...] = (
         ("nvidia-smi", "topo", "-m"),
         30,
         _levels(QUICK, STANDARD, LONG),
-        "topology",
+        gpus_or_nics,
         description="GPU/NIC link matrix (NVLink count per pair, GPU-NIC PCIe affinity)",
     ),
     Probe(
@@ -111,7 +117,7 @@ PROBES: tuple[Probe, ...] = (
         ("nvidia-smi", "nvlink", "-s"),
         30,
         _levels(QUICK, STANDARD, LONG),
-        "nvlink",
+        nvlinked,
         description="every NVLink's speed, or <inactive>",
     ),
     Probe(
@@ -124,7 +130,7 @@ PROBES: tuple[Probe, ...] = (
         ("journalctl", "-t", "kernel", "-b", "--no-pager", "-o", "short-iso"),
         30,
         _levels(QUICK, STANDARD, LONG),
-        "gpus",
+        any_gpu,
         description="NVRM Xid events, GPUs fallen off the bus, NVSwitch SXid events",
     ),
     Probe(
@@ -132,7 +138,7 @@ PROBES: tuple[Probe, ...] = (
         ("systemctl", "status", "nvidia-fabricmanager", "--no-pager", "-l"),
         30,
         _levels(QUICK, STANDARD, LONG),
-        "fabric_manager",
+        nvswitch,
         description="Fabric Manager unit state, version, errors",
     ),
     Probe(
@@ -140,7 +146,7 @@ PROBES: tuple[Probe, ...] = (
         ("ibstat",),
         30,
         _levels(QUICK, STANDARD, LONG),
-        "nics",
+        any_nic,
         description="HCA ports: state, physical state, rate, link layer",
     ),
     Probe(
@@ -148,7 +154,7 @@ PROBES: tuple[Probe, ...] = (
         ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "{gpus}"),
         600,
         _levels(STANDARD, LONG),
-        "multi_gpu",
+        multi_gpu,
         exclusive=True,
         description="nccl-tests all_reduce over every GPU of the node: bus bandwidth, #wrong",
     ),
@@ -157,7 +163,7 @@ PROBES: tuple[Probe, ...] = (
         ("dcgmi", "diag", "-r", "2"),
         900,
         _levels(STANDARD),
-        "gpus",
+        any_gpu,
         exclusive=True,
         description="DCGM diagnostics, level 2 (medium: deployment, PCIe, memory, ...)",
     ),
@@ -166,7 +172,7 @@ PROBES: tuple[Probe, ...] = (
         ("dcgmi", "diag", "-r", "3"),
         3600,
         _levels(LONG),
-        "gpus",
+        any_gpu,
         exclusive=True,
         description="DCGM diagnostics, level 3 (long: adds targeted stress and power)",
     ),
@@ -179,13 +185,18 @@ def probes_for(exp: NodeExpectation, level: str | None = None) -> list[Probe]:
     lvl = level or exp.level
     if lvl not in LEVELS:
         raise ValueError(f"unknown level {lvl!r}; levels: {', '.join(LEVELS)}")
-    chosen = [p for p in PROBES if lvl in p.levels and NEEDS[p.needs](exp)]
+    chosen = [p for p in PROBES if lvl in p.levels and p.needs(exp)]
     return [p for p in chosen if not p.exclusive] + [p for p in chosen if p.exclusive]
 
 
+def collects(exp: NodeExpectation, kind: str, level: str | None = None) -> bool:
+    """Whether the node runs a probe whose output is ``kind`` at ``level`` (default: its own)."""
+    return any(p.kind == kind for p in probes_for(exp, level))
+
+
 def wants_ib_write_bw(exp: NodeExpectation, level: str | None = None) -> bool:
-    """Whether the node takes part in ib_write_bw between nodes (as suite.judge_node judges)."""
-    return bool(exp.nics) and (level or exp.level) != QUICK
+    """Whether the node takes part in ib_write_bw between nodes (and its judge applies)."""
+    return any_nic(exp) and (level or exp.level) != QUICK
 
 
 # ------------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Everything runs on the Slurm controller (cluster.yml's ``slurm.controller``) over the same SSH
 as the probes: ``scontrol show node`` first, then ``scontrol update nodename=N state=drain
 reason="gpuctl: <check> <detail>"`` for each failed node, ``scontrol update nodename=N
-state=resume`` for each passing node whose drain reason starts with ``gpuctl:``.
+state=resume`` for each passing node whose drain reason starts with ``gpuctl:``. The node
+states, whose drain it is and the argv are :mod:`gpuctl.slurm`'s, shared with node-check and
+the rollout.
 
 A node drained by someone else (its reason does not start with ``gpuctl:``) is never resumed
 and its reason is never overwritten: the operator's drain wins. The plan is a pure function
@@ -17,29 +19,22 @@ built the action. A reason read back from Slurm (someone else's) is shown throug
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from gpuctl.config import load_cluster
-from gpuctl.config.derived import nodes as cluster_nodes
-from gpuctl.validation.collect import (
-    Connector,
-    ParamikoConnector,
-    Target,
-    Unreachable,
-    command_line,
-    ssh_settings,
+from gpuctl.remote import ExecResult, Session
+from gpuctl.slurm import (
+    Owner,
+    SlurmNode,
+    failure_text,
 )
-from gpuctl.validation.parsing import parse
+from gpuctl.slurm import update_argv as scontrol_update
 from gpuctl.validation.reports.drain import PREFIX, clean_reason, drain_reason
-from gpuctl.validation.results import ValidationReport, is_host_name, printable
+from gpuctl.validation.results import ValidationReport, printable
 
 SCONTROL_TIMEOUT_S = 60
-_DRAIN_STATES = {"DRAIN", "DRAINED", "DRAINING"}
-_DOWN_STATES = {"DOWN", "FAIL", "FAILING"}
+OWNER = Owner(PREFIX)  # `gpuctl validate --drain-failed` undoes only its own drains
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +58,12 @@ class SlurmAction:
             "error": self.error,
         }
 
+    def ended(self, *, error: str | None = None) -> SlurmAction:
+        """This action carried out (``error`` None) or failed with ``error``."""
+        return SlurmAction(
+            self.node, self.action, self.reason, self.detail, done=error is None, error=error
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class DrainResult:
@@ -82,34 +83,6 @@ class DrainResult:
         }
 
 
-def _state_words(record: Mapping[str, Any]) -> list[str]:
-    words = [str(record.get("state") or ""), *(str(f) for f in record.get("state_flags") or [])]
-    return [w.upper() for w in words]
-
-
-def is_drained(record: Mapping[str, Any]) -> bool:
-    """Whether a `scontrol show node` record (parsed) is drained or draining."""
-    return any(w in _DRAIN_STATES for w in _state_words(record))
-
-
-def is_down(record: Mapping[str, Any]) -> bool:
-    """Whether a `scontrol show node` record (parsed) is down or failed (FAIL, FAILING)."""
-    return any(w in _DOWN_STATES for w in _state_words(record))
-
-
-class NotUnderstood(ValueError):
-    """`scontrol show node` printed something that is not a node record."""
-
-
-def slurm_nodes(text: str) -> dict[str, dict[str, Any]]:
-    """`scontrol show node [NAME]` output -> parsed records by node name (gpuctl's parser).
-    Raises :class:`NotUnderstood` with the parser's problems when it is not such output."""
-    parsed = parse("scontrol-node", text)
-    if not parsed.recognised:
-        raise NotUnderstood("; ".join(parsed.problems)[:200])
-    return {str(n.get("NodeName")): n for n in parsed.data.get("nodes") or [] if n.get("NodeName")}
-
-
 def plan(
     report: ValidationReport, slurm: Mapping[str, Mapping[str, Any]], *, resume: bool = True
 ) -> list[SlurmAction]:
@@ -119,13 +92,13 @@ def plan(
     out: list[SlurmAction] = []
     for node in report.nodes:
         record = slurm.get(node.node)
-        current = record.get("reason") if record is not None else None
-        current = current if isinstance(current, str) and current else None
-        drained = record is not None and is_drained(record)
-        ours = current is not None and current.startswith(PREFIX)
+        state = SlurmNode.from_record(record) if record is not None else None
+        current = state.reason if state is not None else None
+        drained = state is not None and state.is_drained
+        ours = state is not None and state.drained_by(OWNER)
         if node.failed:
             reason = drain_reason(node) or f"{PREFIX} validation failed"
-            if record is None:
+            if state is None:
                 out.append(SlurmAction(node.node, "none", None, "not a Slurm node"))
             elif drained and not ours:
                 out.append(
@@ -140,7 +113,7 @@ def plan(
                 out.append(SlurmAction(node.node, "none", current, "already drained by gpuctl"))
             else:
                 out.append(SlurmAction(node.node, "drain", reason, f"drain: {reason}"))
-        elif record is not None and drained:
+        elif drained:
             if ours and resume:
                 out.append(SlurmAction(node.node, "resume", current, "resume: passes again"))
             elif not ours:
@@ -160,34 +133,25 @@ def _shown(reason: str | None) -> str:
 
 
 def update_argv(action: SlurmAction) -> tuple[str, ...]:
-    """The `scontrol update` of ``action``. Raises ValueError for a node name that is not a
-    host name (`a state=resume` must never become two scontrol words)."""
-    if not is_host_name(action.node):
-        raise ValueError(f"scontrol: node name {printable(repr(action.node))} is not a host name")
+    """The `scontrol update` of ``action`` (:func:`gpuctl.slurm.update_argv`), a drain's reason
+    made one clean line. Raises ValueError for a node name that is not a host name."""
     if action.action == "drain":
         assert action.reason is not None  # noqa: S101 - drain actions carry their reason
-        return (
-            "scontrol",
-            "update",
-            f"nodename={action.node}",
-            "state=drain",
-            f"reason={clean_reason(action.reason)}",
-        )
-    return ("scontrol", "update", f"nodename={action.node}", "state=resume")
+        return scontrol_update(action.node, "drain", clean_reason(action.reason))
+    return scontrol_update(action.node, "resume")
 
 
-def failure_text(what: str, rc: int | None, stderr: bytes, error: str | None) -> str:
-    """Why a Slurm command failed, on one line: its error, else its exit status and the last
-    line it printed on stderr."""
-    if error:
-        return f"{what}: {error}"
-    text = stderr.decode("utf-8", errors="replace").strip().splitlines()
-    return f"{what}: exit {rc}" + (f": {text[-1][:200]}" if text else "")
+def failed(res: ExecResult) -> bool:
+    """An scontrol call that did not end with exit 0."""
+    return res.rc != 0 or res.error is not None or res.timed_out
 
 
-def apply(
-    actions: Sequence[SlurmAction], controller: str, session: Any, *, become: bool
-) -> list[SlurmAction]:
+def why_failed(what: str, res: ExecResult) -> str:
+    """:func:`gpuctl.slurm.failure_text` of a failed scontrol call."""
+    return failure_text(what, res.rc, res.stderr, "timed out" if res.timed_out else res.error)
+
+
+def apply(actions: Sequence[SlurmAction], controller: str, session: Session) -> list[SlurmAction]:
     """Run the scontrol updates of ``actions`` on the controller's ``session``."""
     done: list[SlurmAction] = []
     for action in actions:
@@ -203,75 +167,9 @@ def apply(
                 )
             )
             continue
-        res = session.start(command_line(argv, SCONTROL_TIMEOUT_S, become=become)).finish(
-            SCONTROL_TIMEOUT_S + 30
-        )
-        if res.rc == 0 and res.error is None and not res.timed_out:
-            done.append(
-                SlurmAction(action.node, action.action, action.reason, action.detail, done=True)
-            )
+        res = session.run(argv, SCONTROL_TIMEOUT_S)
+        if failed(res):
+            done.append(action.ended(error=why_failed(f"scontrol on {controller}", res)))
         else:
-            err = "timed out" if res.timed_out else None
-            done.append(
-                SlurmAction(
-                    action.node,
-                    action.action,
-                    action.reason,
-                    action.detail,
-                    error=failure_text(
-                        f"scontrol on {controller}", res.rc, res.stderr, res.error or err
-                    ),
-                )
-            )
+            done.append(action.ended())
     return done
-
-
-def drain_failed(
-    cluster_path: Path,
-    report: ValidationReport,
-    *,
-    resume: bool = True,
-    connector: Connector | None = None,
-) -> DrainResult:
-    """Drain the nodes ``report`` fails and resume those gpuctl drained that pass now."""
-    cluster = load_cluster(cluster_path)
-    controller = cluster.slurm.controller
-    address = {n.name: n.address or n.name for n in cluster_nodes(cluster)}
-    become = False
-    if connector is None:
-        settings = ssh_settings(cluster, cluster_path)
-        become = settings.become
-        connector = ParamikoConnector(settings)
-    try:
-        try:
-            session = connector.connect(Target(controller, address.get(controller, controller)))
-        except Unreachable as exc:
-            return DrainResult(controller, error=f"cannot reach {controller}: {exc.reason}")
-        try:
-            argv = ("scontrol", "show", "node")
-            res = session.start(command_line(argv, SCONTROL_TIMEOUT_S, become=become)).finish(
-                SCONTROL_TIMEOUT_S + 30
-            )
-            if res.rc != 0 or res.error is not None or res.timed_out:
-                why = "timed out" if res.timed_out else res.error
-                return DrainResult(
-                    controller,
-                    error=failure_text(
-                        f"scontrol show node on {controller}", res.rc, res.stderr, why
-                    ),
-                )
-            try:
-                slurm = slurm_nodes(res.stdout.decode("utf-8", errors="replace"))
-            except NotUnderstood as exc:
-                return DrainResult(
-                    controller,
-                    error=f"scontrol show node on {controller}: output not understood ({exc})",
-                )
-            actions = apply(plan(report, slurm, resume=resume), controller, session, become=become)
-            return DrainResult(controller, tuple(actions))
-        finally:
-            with contextlib.suppress(Exception):
-                session.close()
-    finally:
-        with contextlib.suppress(Exception):
-            connector.close()

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from helpers import ROOT
 from typer.testing import CliRunner
 
 from gpuctl.cli.app import app
 from gpuctl.validation.capture import capture_output
 from gpuctl.validation.parsing import registry
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _body(rel: str) -> str:
@@ -90,3 +89,15 @@ def test_docs_parse_md_documents_every_kind() -> None:
     assert kinds_in_table == set(registry()), "update the table in docs/parse.md"
     for kind in registry():
         assert text.count(f"`{kind}`") >= 2, f"{kind} has no section in docs/parse.md"
+
+
+def test_list_shows_the_commands_gpuctl_runs() -> None:
+    from gpuctl.cli.parse_cmd import commands_by_kind
+
+    res = CliRunner().invoke(app, ["parse", "list"])
+    assert res.exit_code == 0
+    lines = res.stdout.splitlines()
+    for kind, commands in commands_by_kind().items():
+        at = next(i for i, line in enumerate(lines) if line.split(" ", 1)[0] == kind)
+        shown = [line.strip()[2:] for line in lines[at + 1 : at + 1 + len(commands)]]
+        assert shown == commands, kind

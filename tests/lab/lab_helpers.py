@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from helpers import ROOT
+
 from gpuctl.config import load_cluster
 from gpuctl.lab import lab
 from gpuctl.render import render_cluster
-
-REPO = Path(__file__).resolve().parents[2]
-
 
 # apt options for tests that install packages on nodes gpuctl has not provisioned: the lab gives
 # nodes no proxy (cluster.yml's package_sources does, at provisioning), so these tests name the
@@ -53,7 +52,7 @@ def ansible(
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(render_dir / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"),
+        "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles"),
         "ANSIBLE_HOME": str(render_dir / ".ansible"),
         "ANSIBLE_LOCAL_TEMP": str(render_dir / ".t"),
         "ANSIBLE_NOCOLOR": "1",

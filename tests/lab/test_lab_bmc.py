@@ -1,4 +1,4 @@
-"""The lab's SIMULATED BMCs (gpuctl/lab/bmc.py) on the provisioned lab, through the real
+"""The lab's SIMULATED BMCs (gpuctl/lab/sim/bmc/) on the provisioned lab, through the real
 Redfish client: HTTPS checked against the lab CA, HTTP Basic with the credentials decrypted from
 the lab's Ansible Vault file, the inventory agreeing with the node's nvidia-smi, and GPU firmware
 that stays staged through a warm reset and runs after a power cycle (a real new boot of the
@@ -20,7 +20,8 @@ from lab_helpers import ProvisionedLab, sh
 
 from gpuctl.config import load_cluster
 from gpuctl.config.derived import nodes as cluster_nodes
-from gpuctl.lab import bmc, lab
+from gpuctl.lab import lab
+from gpuctl.lab.sim import bmc
 from gpuctl.rollout import redfish
 
 pytestmark = pytest.mark.lab

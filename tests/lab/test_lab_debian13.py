@@ -1,7 +1,7 @@
-"""Debian 13 nodes, four hardware profiles, Slurm from its own repository, no proxy on the nodes.
+"""Debian 13 nodes, three hardware profiles, Slurm from its own repository, no proxy on the nodes.
 
-One lab (`gpuctl lab up --os debian13 --profile a100-hdr:2 --profile a100-roce:2 --profile
-l40s-pcie:2 --profile single-gpu:1`) shows what the default lab (Debian 12, hgx-h100-ndr, see
+One lab (`gpuctl lab up --os debian13 --profile a100-hdr:2 --profile l40s-pcie:2 --profile
+single-gpu:1`) shows what the default lab (Debian 12, hgx-h100-ndr, see
 test_lab_provision.py) does not:
 
 - a second node OS end to end: provision, a second run that changes nothing, acceptance,
@@ -12,9 +12,12 @@ test_lab_provision.py) does not:
   and the lab repository's log shows each node fetching them from there;
 - nodes that reach no Debian archive until gpuctl gives them `package_sources.os_mirror`
   (the lab's apt-cacher-ng used as a mirror): the lab sets no proxy and no source of its own;
-- every other lab hardware profile (A100 on HDR InfiniBand, A100 on RoCE, L40S on RoCE, one
-  RTX 6000 Ada without a fabric NIC) provisioned and validated at `standard` with zero failed
-  checks, each node group on its own fabric; RoCE QoS and NCCL's traffic class on a RoCE node.
+- three more lab hardware profiles (A100 on HDR InfiniBand, L40S on RoCE, one RTX 6000 Ada
+  without a fabric NIC) provisioned and validated at `standard` with zero failed checks, each
+  node group on its own fabric; RoCE QoS and NCCL's traffic class on a RoCE node. The fifth
+  profile, `a100-roce`, is left out to keep CI under its hour: its GPUs are a100-hdr's and its
+  fabric kind is l40s-pcie's (RoCE, the same roce_qos role and NCCL settings); only its
+  rendering is unit-tested.
 
 The GPUs, HCAs and their tools are the lab's SIMULATED stand-ins (docs/lab-hardware.md).
 """
@@ -41,12 +44,11 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
 ]
 
-PROFILES = ("a100-hdr:2", "a100-roce:2", "l40s-pcie:2", "single-gpu:1")
+PROFILES = ("a100-hdr:2", "l40s-pcie:2", "single-gpu:1")
 GROUPS = {
     "a100_hdr": ("gpu001", "gpu002"),
-    "a100_roce": ("gpu003", "gpu004"),
-    "l40s_pcie": ("gpu005", "gpu006"),
-    "single_gpu": ("gpu007",),
+    "l40s_pcie": ("gpu003", "gpu004"),
+    "single_gpu": ("gpu005",),
 }
 COMPUTE = tuple(n for nodes in GROUPS.values() for n in nodes)
 NODES = ("ctl01", *COMPUTE)
@@ -116,9 +118,8 @@ def test_provision_on_debian13_runs_jobs_on_every_profile(trixie: Trixie) -> Non
     states = {line.split()[0]: line.split()[1:] for line in idle if line.strip()}
     assert {n: s[0] for n, s in states.items()} == dict.fromkeys(COMPUTE, "idle"), states
     assert states["gpu001"][1] == "gpu:a100:8"
-    assert states["gpu005"][1] == "gpu:l40s:8"
-    assert states["gpu003"][1] == "gpu:a100:8"
-    assert states["gpu007"][1] == "gpu:rtx6000ada:1"
+    assert states["gpu003"][1] == "gpu:l40s:8"
+    assert states["gpu005"][1] == "gpu:rtx6000ada:1"
     ran = on("ctl01", f"srun -N{len(COMPUTE)} -t 1 hostname", timeout=120).split()
     assert sorted(ran) == list(COMPUTE)
 
@@ -207,8 +208,8 @@ def test_every_profile_validates_at_standard_with_zero_failed_checks(
         assert {"nccl.busbw", "ib.write_bw", "ib.port.state"} <= checks, checks
 
 
-@pytest.mark.parametrize("node", ["gpu003", "gpu005"])
-def test_roce_qos_and_nccls_traffic_class_on_a_roce_node(trixie: Trixie, node: str) -> None:
+def test_roce_qos_and_nccls_traffic_class_on_a_roce_node(trixie: Trixie) -> None:
+    node = "gpu003"  # l40s-pcie: 2x 100 GbE RoCE
     # NCCL does not use RDMA-CM: without NCCL_IB_TC its traffic rides class 0; DSCP 26 (the
     # lossless class of priority 3) << 2 = traffic class 104
     assert "NCCL_IB_TC=104" in on(node, "cat /etc/nccl.conf").split()

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from lab_helpers import ProvisionedLab, sh
 
+from gpuctl.config import load_cluster
 from gpuctl.lab import lab
-from gpuctl.validation.collect import ValidateResult, validate
-from gpuctl.validation.slurm import drain_failed
+from gpuctl.validation.api import ValidateResult, drain_failed, validate
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -116,7 +116,7 @@ def _drained() -> dict[str, str]:
 
 def test_healthy_lab_passes_quick_and_standard(cluster: Path, tmp_path: Path) -> None:
     for level in ("quick", "standard"):
-        res = validate(cluster, level=level, out=tmp_path / level)
+        res = validate(load_cluster(cluster), level=level, out=tmp_path / level)
         bad = {n: _failed_checks(res, n) for n in res.nodes}
         assert res.failed_nodes == [], bad
 
@@ -127,7 +127,7 @@ def test_fault_fails_the_right_check_on_the_right_node(
 ) -> None:
     lab.inject_fault(NODE, case.fault, case.value)
     try:
-        res = validate(cluster, level=case.level, out=tmp_path / "faulty")
+        res = validate(load_cluster(cluster), level=case.level, out=tmp_path / "faulty")
         failed = _failed_checks(res, NODE)
         assert res.failed_nodes == [NODE], {n: _failed_checks(res, n) for n in res.failed_nodes}
         assert case.check in failed, failed
@@ -137,7 +137,7 @@ def test_fault_fails_the_right_check_on_the_right_node(
             node = next(n for n in res.report.nodes if n.node == NODE)
             assert any(c.check == case.warn and c.verdict.value == "warn" for c in node.checks)
 
-        drained = drain_failed(cluster, res.report)
+        drained = drain_failed(load_cluster(cluster), res.report)
         assert not drained.failed, drained.to_json()
         reason = _drained().get(NODE, "")
         # Slurm keeps gpuctl's reason: its prefix, then one of the checks that failed here
@@ -148,8 +148,8 @@ def test_fault_fails_the_right_check_on_the_right_node(
         if case.kernel:
             lab.reboot(NODE)
     # the whole cluster again: ib_write_bw needs the other nodes
-    again = validate(cluster, level=case.level, out=tmp_path / "cleared")
+    again = validate(load_cluster(cluster), level=case.level, out=tmp_path / "cleared")
     assert again.failed_nodes == [], _failed_checks(again, NODE)
-    resumed = drain_failed(cluster, again.report)
+    resumed = drain_failed(load_cluster(cluster), again.report)
     assert not resumed.failed, resumed.to_json()
     assert NODE not in _drained()

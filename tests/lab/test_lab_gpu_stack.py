@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 from lab_helpers import ansible, sh
 
 from gpuctl.lab import lab
@@ -29,9 +30,8 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = [
-    str(REPO / "playbooks" / f"{name}.yml")
+    str(ROOT / "playbooks" / f"{name}.yml")
     for name in ("nvidia_driver", "fabric_manager", "nccl", "dcgm")
 ]
 GPU_NODES = ("gpu001", "gpu002")
@@ -161,7 +161,7 @@ def test_fabric_manager_other_than_the_driver_stops_the_role(
     res = ansible(
         render_dir,
         "ansible-playbook",
-        str(REPO / "playbooks" / "fabric_manager.yml"),
+        str(ROOT / "playbooks" / "fabric_manager.yml"),
         "-e",
         "fabric_manager_version=570.124.06",
         timeout=300,

@@ -18,11 +18,12 @@ import pytest
 import yaml
 from lab_helpers import ProvisionedLab, sh
 
+from gpuctl.config import load_cluster
 from gpuctl.lab import lab
-from gpuctl.validation.collect import ValidateResult, judge_bundle, validate
-from gpuctl.validation.multinode import BUNDLE_DIR, CHECK
+from gpuctl.validation.api import ValidateResult, drain_failed, judge_bundle, validate
+from gpuctl.validation.bundle import MULTINODE_DIR
+from gpuctl.validation.multinode import CHECK
 from gpuctl.validation.results import Verdict
-from gpuctl.validation.slurm import drain_failed
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -68,25 +69,25 @@ def _resume(node: str) -> None:
 
 
 def test_healthy_lab_passes_the_multinode_check_in_one_run(cluster: Path, tmp_path: Path) -> None:
-    res = validate(cluster, level="long", out=tmp_path / "long")
+    res = validate(load_cluster(cluster), level="long", out=tmp_path / "long")
     assert res.failed_nodes == [], _problems(res)
     found = _checks(res, CHECK)
     assert set(found) == set(COMPUTE), found
     assert all(v is Verdict.OK for v, _ in found.values()), found
     assert all("all_reduce over 3 nodes" in m for _, m in found.values()), found
-    runs = sorted((res.bundle / BUNDLE_DIR / "gpu").glob("run-*.txt"))
+    runs = sorted((res.bundle / MULTINODE_DIR / "gpu").glob("run-*.txt"))
     assert [p.name for p in runs] == ["run-01.txt"]
     text = runs[0].read_text(encoding="utf-8")
     assert text.startswith("0: # nccl-tests version"), text[:200]  # srun --label
     assert "on     gpu003 device  7" in text  # rank 0 lists every node's ranks
-    again = judge_bundle(cluster, res.bundle)
+    again = judge_bundle(load_cluster(cluster), res.bundle)
     assert _checks(again, CHECK) == found
 
 
 def test_slow_node_is_located_and_drained_alone(cluster: Path, tmp_path: Path) -> None:
     lab.inject_fault(SLOW, "nccl_slow", "0.5")
     try:
-        res = validate(cluster, level="long", out=tmp_path / "slow")
+        res = validate(load_cluster(cluster), level="long", out=tmp_path / "slow")
         assert res.failed_nodes == [SLOW], _problems(res)
         found = _checks(res, CHECK)
         verdict, message = found[SLOW]
@@ -98,9 +99,9 @@ def test_slow_node_is_located_and_drained_alone(cluster: Path, tmp_path: Path) -
         assert summary["slow"] == [SLOW], summary
         assert len(summary["runs"]) <= 6, summary["runs"]  # the full run, then a few subsets
         # offline: the locator replayed over the bundle's runs says the same
-        assert _checks(judge_bundle(cluster, res.bundle), CHECK) == found
+        assert _checks(judge_bundle(load_cluster(cluster), res.bundle), CHECK) == found
 
-        drained = drain_failed(cluster, res.report)
+        drained = drain_failed(load_cluster(cluster), res.report)
         assert not drained.failed, drained.to_json()
         now = _drained()
         assert set(now) == {SLOW}, now
@@ -109,13 +110,13 @@ def test_slow_node_is_located_and_drained_alone(cluster: Path, tmp_path: Path) -
         lab.clear_faults(SLOW)
     # repaired but drained: left out of the multi-node run with a warning, resumed on its own
     # checks; the two others pass together
-    after = validate(cluster, level="long", out=tmp_path / "repaired")
+    after = validate(load_cluster(cluster), level="long", out=tmp_path / "repaired")
     try:
         found = _checks(after, CHECK)
         assert found[SLOW][0] is Verdict.WARN, found
         assert "drained in Slurm" in found[SLOW][1], found
         assert after.failed_nodes == [], _problems(after)
-        resumed = drain_failed(cluster, after.report)
+        resumed = drain_failed(load_cluster(cluster), after.report)
         assert not resumed.failed, resumed.to_json()
         assert SLOW not in _drained()
     finally:

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 from lab_helpers import ansible, sh
 
 from gpuctl.lab import lab
@@ -22,8 +23,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = REPO / "playbooks" / "munge.yml"
+PLAYBOOK = ROOT / "playbooks" / "munge.yml"
 NODES = ("ctl01", "gpu001", "gpu002")
 OUTPUTS: list[str] = []  # every ansible-playbook stdout+stderr of this module
 

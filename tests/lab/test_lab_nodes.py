@@ -28,7 +28,7 @@ pytestmark = [
 LAB_PROCESSES = (
     "systemd-nspawn",
     "gpuctl.lab.supervisor",
-    "gpuctl.lab.bmc",
+    "gpuctl.lab.sim.bmc",
     "apt-cacher-ng",
     "http.server",
 )

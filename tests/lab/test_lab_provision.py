@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from lab_helpers import COMPUTE, NODES, ProvisionedLab, gpuctl, sh
 
+from gpuctl.config import load_cluster
 from gpuctl.lab import lab
-from gpuctl.provision import ProgressEvent, provision, read_log
+from gpuctl.provision import ProgressEvent, provision, read_log, state_dir_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -78,7 +79,9 @@ def test_provision_installs_a_cluster_that_runs_jobs(provisioned_lab: Provisione
 
 
 def test_second_provision_changes_nothing(cluster: Path) -> None:
-    result = provision(cluster)
+    result = provision(
+        load_cluster(cluster), cluster_file=cluster, state_dir=state_dir_for(cluster)
+    )
     assert result.record.status == "successful", result.record.message
     changed = {h: o.changed for h, o in result.record.hosts.items()}
     assert changed == dict.fromkeys(NODES, 0)
@@ -111,7 +114,12 @@ def test_a_node_lost_mid_run_is_unreachable_and_resume_completes_it(cluster: Pat
             lost.set()
             threading.Thread(target=lab.stop_node, args=("gpu002",), daemon=True).start()
 
-    result = provision(cluster, on_event=on_event)
+    result = provision(
+        load_cluster(cluster),
+        cluster_file=cluster,
+        state_dir=state_dir_for(cluster),
+        on_event=on_event,
+    )
     assert lost.is_set()
     states = {h: o.state for h, o in result.record.hosts.items()}
     assert states == {**dict.fromkeys(NODES, "ok"), "gpu002": "unreachable"}, states

@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 from lab_helpers import ansible, render_lab, sh
 
 from gpuctl.lab import lab
@@ -33,9 +34,8 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = [
-    str(REPO / "playbooks" / f"{p}.yml")
+    str(ROOT / "playbooks" / f"{p}.yml")
     for p in ("preflight", "rdma", "roce_qos", "validation_tools")
 ]
 NODES = ("ctl01", "gpu001", "gpu002")

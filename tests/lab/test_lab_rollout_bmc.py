@@ -2,7 +2,7 @@
 lab: real Slurm drains and resumes, real HTTPS with the lab CA checked, HTTP Basic with the
 credentials from the lab's Ansible Vault file (or the environment), real power cycles of the
 nodes (systemd-nspawn containers stopped and booted again by their supervisor). The BMCs and
-the firmware are the lab's SIMULATION (gpuctl/lab/bmc.py): GPU firmware stays staged until the
+the firmware are the lab's SIMULATION (gpuctl/lab/sim/bmc/): GPU firmware stays staged until the
 GPUs lose power, a BMC resets itself after its own update.
 
 Each test leaves every node idle, fault-free and resumed.

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 from lab_helpers import LAB_APT_PROXY, ansible, sh
 
 from gpuctl.lab import lab
@@ -24,8 +25,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOKS = (REPO / "playbooks" / "munge.yml", REPO / "playbooks" / "slurm.yml")
+PLAYBOOKS = (ROOT / "playbooks" / "munge.yml", ROOT / "playbooks" / "slurm.yml")
 NODES = ("ctl01", "gpu001", "gpu002")
 COMPUTE = ("gpu001", "gpu002")
 CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")

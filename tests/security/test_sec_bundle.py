@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import ROOT
 from typer.testing import CliRunner
 
 from gpuctl import fileio
@@ -28,13 +29,13 @@ from gpuctl.lab.sim import faults as sim_faults
 from gpuctl.lab.sim import kernel as sim_kernel
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.lab.sim import standin
-from gpuctl.validation import collect, judges, suite
+from gpuctl.remote import ExecResult, Target
+from gpuctl.validation import bundle, judges, scope, suite
 from gpuctl.validation import multinode as mn
-from gpuctl.validation.collect import ExecResult, Target, judge_bundle, validate
+from gpuctl.validation.api import judge_bundle, validate
 from gpuctl.validation.expect import expectations
 from gpuctl.validation.results import CheckResult, Verdict
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 PROFILE: dict[str, Any] = json.loads(sim_profiles.profile_json("hgx-h100-ndr"))
 SECRET = "root:$6$SECRETHASH$abcdef:19000:0:99999:7:::\n"  # noqa: S105 - a fake shadow line
@@ -96,19 +97,13 @@ class _Connector:
         pass
 
 
-@pytest.fixture
-def cluster_yml(tmp_path: Path) -> Path:
-    """The lab's cluster.yml with two GPU nodes: ctl01, gpu001, gpu002."""
-    from gpuctl.starter import starter
-
-    path = tmp_path / "cluster.yml"
-    path.write_text(starter("lab", 2), encoding="utf-8")
-    return path
+# GPU nodes in the lab cluster's cluster_yml fixture (tests/conftest.py)
+LAB_NODES = 2
 
 
 def _collect(cluster_yml: Path, name: str, faults: dict[str, dict[str, Any]] | None = None) -> Path:
     out = cluster_yml.parent / name
-    validate(cluster_yml, level="quick", out=out, connector=_Connector(faults))
+    validate(load_cluster(cluster_yml), level="quick", out=out, connector=_Connector(faults))
     (out / "results.json").unlink()  # judged again from the outputs, not from this
     return out
 
@@ -327,7 +322,7 @@ def test_node_folders_the_cluster_does_not_know_are_ignored_not_passed(
     assert "warning: the bundle holds folders of nodes that cluster.yml does not know" in (
         " ".join(res.stderr.split())
     )
-    got = judge_bundle(cluster_yml, healthy)
+    got = judge_bundle(load_cluster(cluster_yml), healthy)
     assert got.ignored == ("evil-ctl01", "evil-gpu001", "evil-gpu002")
     assert got.warnings == (
         "the bundle holds folders of nodes that cluster.yml does not know, not judged: "
@@ -574,7 +569,7 @@ def test_a_judge_that_raises_in_a_worker_process_fails_that_node_only(
 ) -> None:
     monkeypatch.setattr(suite, "NODE_JUDGES", (*judges.NODE_JUDGES, _boom_on_gpu002))
     monkeypatch.setattr(suite, "POOL_MIN_NODES", 1)  # worker processes for three nodes
-    cluster = collect.with_level(load_cluster(cluster_yml), "quick")
+    cluster = scope.with_level(load_cluster(cluster_yml), "quick")
     report = suite.judge_cluster(cluster, healthy, jobs=2)
     by = {n.node: n for n in report.nodes}
     assert [(c.check, c.verdict) for c in by["gpu002"].checks] == [("node.judged", Verdict.FAIL)]
@@ -607,7 +602,7 @@ def test_a_multinode_group_that_raises_leaves_the_nodes_judged(
 def test_the_bundle_is_written_through_the_shared_atomic_writer(
     cluster_yml: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert collect.write_atomic is fileio.write_atomic
+    assert bundle.write_atomic is fileio.write_atomic
     written: list[tuple[str, int, bool]] = []
     real = fileio.write_atomic
 
@@ -616,9 +611,11 @@ def test_the_bundle_is_written_through_the_shared_atomic_writer(
         written.append((path.name, mode, durable))
         real(path, data, mode=mode, durable=durable, dir_mode=dir_mode)
 
-    monkeypatch.setattr(collect, "write_atomic", spy)
+    monkeypatch.setattr(bundle, "write_atomic", spy)
     out = cluster_yml.parent / "b"
-    validate(cluster_yml, level="quick", limit="gpu001", out=out, connector=_Connector())
+    validate(
+        load_cluster(cluster_yml), level="quick", limit="gpu001", out=out, connector=_Connector()
+    )
     names = {name for name, _, _ in written}
     assert {"bundle.json", "meta.json", "smi-xml.txt", "results.json"} <= names
     assert {(mode, durable) for _, mode, durable in written} == {(0o644, False)}

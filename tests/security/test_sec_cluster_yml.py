@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 
 from gpuctl.config.loader import load_cluster, load_cluster_text
 from gpuctl.config.model import Cluster
 from gpuctl.errors import ConfigError
 from gpuctl.render import MANIFEST, render_cluster, render_files
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventories" / "hgx-h100-ndr.yml"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import ROOT
 
 
 def test_every_test_named_in_the_security_page_exists() -> None:

@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 
 from gpuctl.rollout import tools
 from gpuctl.validation.capture import capture_output
 from gpuctl.validation.numbers import implausible_numbers
 from gpuctl.validation.parsing import ParseResult, registry
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 HUGE = "9" * 5000
 # No parsed number may reach this size (gpuctl.validation.numbers refuses more than 30 digits).

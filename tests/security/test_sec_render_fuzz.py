@@ -12,11 +12,11 @@ import copy
 import re
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -26,7 +26,6 @@ from gpuctl.config.model import Cluster
 from gpuctl.errors import ConfigError
 from gpuctl.render import render_files
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventories" / "hgx-h100-ndr.yml"
 BASE: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
 # a list of strings the example leaves empty, so that its element is fuzzed too

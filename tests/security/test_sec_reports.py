@@ -14,7 +14,6 @@ import io
 import json
 import math
 import re
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -22,19 +21,17 @@ from typing import Any
 
 import junitparser
 import pytest
+from helpers import require_tool
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from gpuctl.cli import report_cmd, validate_cmd
 from gpuctl.cli.app import app
 from gpuctl.validation import slurm
-from gpuctl.validation.reports import (
-    drain_reasons,
-    render_html,
-    render_junit,
-    render_prometheus,
-)
-from gpuctl.validation.reports.drain import REASON_MAX
+from gpuctl.validation.reports.drain import REASON_MAX, drain_reasons
+from gpuctl.validation.reports.html import render_html
+from gpuctl.validation.reports.junit import render_junit
+from gpuctl.validation.reports.prom import render_prometheus
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 
 runner = CliRunner()
@@ -161,12 +158,11 @@ def test_prometheus_textfile_follows_the_line_grammar() -> None:
     assert 'subject="mlx5_\\"0\\\\1"' in text
     samples = [ln for ln in lines if ln.startswith("gpuctl_check_verdict{")]
     assert len(samples) == 5  # one per check, none split or lost
-    promtool = shutil.which("promtool")
-    if promtool:
-        proc = subprocess.run(
-            [promtool, "check", "metrics"], input=text, text=True, capture_output=True, check=False
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+    promtool = require_tool("promtool", "apt install prometheus")
+    proc = subprocess.run(
+        [promtool, "check", "metrics"], input=text, text=True, capture_output=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_drain_reasons_carry_no_control_character() -> None:

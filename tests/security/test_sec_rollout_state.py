@@ -15,11 +15,11 @@ from gpuctl import fileio
 from gpuctl.cli.app import app
 from gpuctl.rollout import run as rollout_run
 from gpuctl.rollout import store as rollout_store
-from gpuctl.rollout.backend import SlurmNode, Versions
+from gpuctl.rollout.backend import Versions
 from gpuctl.rollout.model import Component, Policy, RolloutError
 from gpuctl.rollout.plan import plan_rollout
 from gpuctl.rollout.store import RolloutStore, new_rollout
-from gpuctl.starter import starter
+from gpuctl.slurm import SlurmNode
 
 runner = CliRunner()
 NODES = ("gpu001", "gpu002", "gpu003")
@@ -30,12 +30,11 @@ def _no_backend(*args: Any) -> Any:
 
 
 @pytest.fixture
-def cluster_yml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def cluster_yml(cluster_yml: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The lab's cluster.yml (tests/conftest.py), with no state dir and no real backend."""
     monkeypatch.delenv("GPUCTL_STATE_DIR", raising=False)
     monkeypatch.setattr(rollout_run, "cluster_backend", _no_backend)
-    path = tmp_path / "cluster.yml"
-    path.write_text(starter("lab", 3), encoding="utf-8")
-    return path
+    return cluster_yml
 
 
 @pytest.fixture

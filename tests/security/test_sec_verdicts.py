@@ -13,31 +13,26 @@ import dataclasses
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import ROOT
 
 from gpuctl.config import load_cluster
 from gpuctl.config.catalog import busbw_ceiling, gpu_specs, multinode_busbw_ceiling, pcie_ceiling
 from gpuctl.lab.sim import ib, nvsmi, nvsmi_xml, perf, profiles
 from gpuctl.validation.capture import capture_output
 from gpuctl.validation.expect import ExpectedNic, NodeExpectation, expectations
-from gpuctl.validation.judges import (
-    ProbeOutput,
-    judge_gpus,
-    judge_ib_ports,
-    judge_ib_write_bw,
-    judge_nccl,
-    judge_nvlink_status,
-    judge_topology,
-    port_rates,
-)
+from gpuctl.validation.judges.base import ProbeOutput
+from gpuctl.validation.judges.gpus import judge_gpus
+from gpuctl.validation.judges.infiniband import judge_ib_ports, judge_ib_write_bw, port_rates
+from gpuctl.validation.judges.nccl import judge_nccl
+from gpuctl.validation.judges.nvlink import judge_nvlink_status
+from gpuctl.validation.judges.topology import judge_topology
 from gpuctl.validation.parsing import parse
 from gpuctl.validation.plausible import implausible
 from gpuctl.validation.results import CheckResult, Verdict
 
-ROOT = Path(__file__).resolve().parents[2]
 NODE = "gpu-node-01"
 FIX = ROOT / "tests" / "fixtures"
 NCCL_A100 = "nccl-tests/all-reduce-perf-a100-sxm4-40gb-8gpu-with-nccl-info-line.txt"

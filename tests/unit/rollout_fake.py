@@ -23,7 +23,6 @@ from typing import Any
 
 from gpuctl.rollout.backend import (
     BackendError,
-    SlurmNode,
     ValidationOutcome,
     Versions,
     settled_slurm_node,
@@ -40,6 +39,7 @@ from gpuctl.rollout.model import (
 )
 from gpuctl.rollout.plan import plan_rollout
 from gpuctl.rollout.store import RolloutStore
+from gpuctl.slurm import SlurmNode
 
 OLD = "1.0"
 TARGET = "2.0"

@@ -23,6 +23,7 @@ from typing import Any
 
 import annotated_types
 import yaml
+from helpers import ROOT
 
 try:
     from yaml import CSafeLoader as _Loader
@@ -33,7 +34,6 @@ from pydantic.fields import FieldInfo
 
 from gpuctl.config.model import Cluster
 
-ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 ROLES = PLAYBOOKS / "roles"
 # gpuctl's own readers of the rendered inventory (the acceptance suite on the nodes' facts)

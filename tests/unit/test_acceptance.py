@@ -17,6 +17,7 @@ from typing import Any, Literal
 import jinja2
 import pytest
 import yaml
+from helpers import ROOT
 from typer.testing import CliRunner
 
 from gpuctl.acceptance import expect
@@ -37,11 +38,11 @@ from gpuctl.cli import acceptance_cmd
 from gpuctl.cli.app import app
 from gpuctl.config import load_cluster
 from gpuctl.errors import ConfigError, EnvironmentProblem, UsageError
+from gpuctl.provision.runner import state_dir_for
 from gpuctl.render import render_cluster
 from gpuctl.resources import playbooks_dir
 
-REPO = Path(__file__).resolve().parents[2]
-LAB_EXAMPLE = REPO / "inventories" / "lab.yml"
+LAB_EXAMPLE = ROOT / "inventories" / "lab.yml"
 KNOWN_HOSTS_LINE = (
     "198.18.0.10 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHh0ZXN0a2V5dGVzdGtleXRlc3RrZXl0ZXN0a2V5\n"
 )
@@ -208,7 +209,7 @@ def test_environment_drops_the_callers_ansible_settings(tmp_path: Path) -> None:
 
 def test_prepare_renders_into_a_run_directory(cluster_yml: Path, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    run = prepare(cluster_yml, state_dir=state)
+    run = prepare(load_cluster(cluster_yml), state_dir=state)
     assert run.run_dir.parent == state / "acceptance"
     assert run.run_dir.stat().st_mode & 0o777 == 0o700
     rendered = run.run_dir / "inventory"
@@ -226,7 +227,7 @@ def test_prepare_default_state_dir_is_beside_cluster_yml(
     cluster_yml: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("GPUCTL_STATE_DIR", raising=False)
-    run = prepare(cluster_yml)
+    run = prepare(load_cluster(cluster_yml), state_dir=state_dir_for(cluster_yml))
     assert run.run_dir.parent == cluster_yml.parent / ".gpuctl" / "acceptance"
 
 
@@ -240,30 +241,37 @@ def test_prepare_default_state_dir_is_beside_cluster_yml(
     ],
 )
 def test_prepare_limit(cluster_yml: Path, tmp_path: Path, limit: str, hosts: tuple[str]) -> None:
-    run = prepare(cluster_yml, limit=limit, state_dir=tmp_path / "s")
+    run = prepare(load_cluster(cluster_yml), limit=limit, state_dir=tmp_path / "s")
     assert run.hosts == hosts
     assert f"--hosts={','.join('ansible://' + h for h in hosts)}" in run.argv
 
 
 def test_prepare_limit_matching_nothing(cluster_yml: Path, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="matches no host"):
-        prepare(cluster_yml, limit="gpu999", state_dir=tmp_path / "s")
+        prepare(load_cluster(cluster_yml), limit="gpu999", state_dir=tmp_path / "s")
 
 
 def test_prepare_refuses_missing_known_hosts(cluster_yml: Path, tmp_path: Path) -> None:
     (cluster_yml.parent / load_cluster(cluster_yml).ssh.known_hosts).unlink()
     with pytest.raises(EnvironmentProblem, match="known_hosts"):
-        prepare(cluster_yml, state_dir=tmp_path / "s")
+        prepare(load_cluster(cluster_yml), state_dir=tmp_path / "s")
 
 
 def test_prepare_user_folders_and_junit_path(cluster_yml: Path, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not a folder"):
-        prepare(cluster_yml, test_dirs=[tmp_path / "nope"], state_dir=tmp_path / "s")
+        prepare(load_cluster(cluster_yml), test_dirs=[tmp_path / "nope"], state_dir=tmp_path / "s")
     with pytest.raises(UsageError, match="does not exist"):
-        prepare(cluster_yml, junit=tmp_path / "no" / "j.xml", state_dir=tmp_path / "s")
+        prepare(
+            load_cluster(cluster_yml), junit=tmp_path / "no" / "j.xml", state_dir=tmp_path / "s"
+        )
     mine = tmp_path / "mine"
     mine.mkdir()
-    run = prepare(cluster_yml, test_dirs=[mine], junit=tmp_path / "r.xml", state_dir=tmp_path / "s")
+    run = prepare(
+        load_cluster(cluster_yml),
+        test_dirs=[mine],
+        junit=tmp_path / "r.xml",
+        state_dir=tmp_path / "s",
+    )
     assert run.test_dirs == (mine.resolve(),)
     assert run.argv[-1] == str(mine.resolve())
     assert run.junit == (tmp_path / "r.xml").resolve()
@@ -692,7 +700,7 @@ def test_wheel_ships_the_suite_and_the_playbooks(tmp_path: Path) -> None:
     hatchling = Path(sys.executable).parent / "hatchling"
     subprocess.run(
         [str(hatchling), "build", "-t", "wheel", "-d", str(tmp_path)],
-        cwd=REPO,
+        cwd=ROOT,
         check=True,
         capture_output=True,
         timeout=120,
@@ -713,14 +721,14 @@ def test_wheel_ships_the_suite_and_the_playbooks(tmp_path: Path) -> None:
 
 
 def test_repository_test_run_does_not_collect_the_suite() -> None:
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
     assert pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == ["gpuctl"]
 
 
 def test_docs_list_every_shipped_test() -> None:
-    doc = (REPO / "docs" / "acceptance.md").read_text(encoding="utf-8")
-    suite = REPO / "gpuctl" / "acceptance"
+    doc = (ROOT / "docs" / "acceptance.md").read_text(encoding="utf-8")
+    suite = ROOT / "gpuctl" / "acceptance"
     names = [
         m.group(1)
         for path in sorted(suite.glob("test_*.py"))

@@ -21,6 +21,7 @@ from typing import Any
 import paramiko  # type: ignore[import-untyped]
 import pytest
 
+from gpuctl.cli.validate_cmd import default_out
 from gpuctl.config import load_cluster
 from gpuctl.errors import EnvironmentProblem, UsageError
 from gpuctl.lab.sim import fabric as sim_fabric
@@ -29,22 +30,14 @@ from gpuctl.lab.sim import kernel as sim_kernel
 from gpuctl.lab.sim import perf as sim_perf
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.lab.sim import standin
-from gpuctl.starter import starter
-from gpuctl.validation import collect
-from gpuctl.validation.collect import (
-    Collector,
-    ExecResult,
-    Target,
-    Unreachable,
-    command_line,
-    judge_bundle,
-    select_nodes,
-    validate,
-    write_atomic,
-)
+from gpuctl.remote import ExecResult, Target, Unreachable, command_line, ssh
+from gpuctl.validation import scope
+from gpuctl.validation.api import judge_bundle, validate
+from gpuctl.validation.bundle import load_node_bundle, write_atomic
+from gpuctl.validation.collector import Collector
 from gpuctl.validation.expect import expectations
 from gpuctl.validation.results import Verdict
-from gpuctl.validation.suite import load_node_bundle
+from gpuctl.validation.scope import select_nodes
 
 PROFILE: dict[str, Any] = json.loads(sim_profiles.profile_json("hgx-h100-ndr"))
 BOOT_LINES = (
@@ -172,16 +165,6 @@ def fault(name: str, value: str = "") -> dict[str, Any]:
     return dict(sim_faults.apply({}, name, value))
 
 
-@pytest.fixture
-def cluster_yml(tmp_path: Path) -> Path:
-    """The lab's cluster.yml (ctl01 + gpu001..gpu003, 8x H100, 8 NDR HCAs), known_hosts beside."""
-    path = tmp_path / "cluster.yml"
-    path.write_text(starter("lab", 3), encoding="utf-8")
-    (tmp_path / ".gpuctl" / "lab").mkdir(parents=True)
-    (tmp_path / ".gpuctl" / "lab" / "known_hosts").write_text("x ssh-ed25519 AAAA\n")
-    return path
-
-
 def verdicts(report: Any, node: str, check: str) -> list[Verdict]:
     nr = next(n for n in report.nodes if n.node == node)
     return [c.verdict for c in nr.checks if c.check == check]
@@ -193,7 +176,9 @@ def verdicts(report: Any, node: str, check: str) -> list[Verdict]:
 
 def test_quick_on_healthy_nodes_passes_and_runs_only_the_quick_probes(cluster_yml: Path) -> None:
     conn = FakeConnector(Sim())
-    res = validate(cluster_yml, level="quick", out=cluster_yml.parent / "b", connector=conn)
+    res = validate(
+        load_cluster(cluster_yml), level="quick", out=cluster_yml.parent / "b", connector=conn
+    )
     problems = {n.node: [(c.check, c.message) for c in n.problems()] for n in res.report.nodes}
     assert not res.failed, problems
     assert res.report.level == "quick"
@@ -223,7 +208,9 @@ def test_quick_on_healthy_nodes_passes_and_runs_only_the_quick_probes(cluster_ym
 
 def test_gpu_lost_fails_exactly_that_node_on_gpu_count(cluster_yml: Path) -> None:
     conn = FakeConnector(Sim({"gpu002": fault("gpu_lost", "3")}))
-    res = validate(cluster_yml, level="quick", out=cluster_yml.parent / "b", connector=conn)
+    res = validate(
+        load_cluster(cluster_yml), level="quick", out=cluster_yml.parent / "b", connector=conn
+    )
     assert res.failed_nodes == ["gpu002"]
     gpu002 = next(n for n in res.report.nodes if n.node == "gpu002")
     count = next(c for c in gpu002.checks if c.check == "gpu.count")
@@ -235,7 +222,9 @@ def test_gpu_lost_fails_exactly_that_node_on_gpu_count(cluster_yml: Path) -> Non
 
 def test_standard_runs_nccl_dcgm_and_ib_write_bw_between_pairs(cluster_yml: Path) -> None:
     conn = FakeConnector(Sim())
-    res = validate(cluster_yml, level="standard", out=cluster_yml.parent / "b", connector=conn)
+    res = validate(
+        load_cluster(cluster_yml), level="standard", out=cluster_yml.parent / "b", connector=conn
+    )
     problems = {n.node: [(c.check, c.message) for c in n.problems()] for n in res.report.nodes}
     assert not res.failed, problems
     for node in ("gpu001", "gpu002", "gpu003"):
@@ -259,7 +248,7 @@ def test_a_failed_pair_is_retested_against_a_good_node(cluster_yml: Path, tmp_pa
     doc = doc.replace('addresses: "198.18.1.[11-13]"', 'addresses: "198.18.1.[11-14]"')
     cluster_yml.write_text(doc)
     conn = FakeConnector(Sim({"gpu004": fault("slow_node", "0.5")}))
-    res = validate(cluster_yml, level="standard", out=tmp_path / "b", connector=conn)
+    res = validate(load_cluster(cluster_yml), level="standard", out=tmp_path / "b", connector=conn)
     first = [p for p in res.pairs if not p.retest]
     again = [p for p in res.pairs if p.retest]
     assert len(first) == 2  # four nodes: one round of two pairs
@@ -276,7 +265,9 @@ def test_three_nodes_one_bad_hca_only_the_bad_node_fails(cluster_yml: Path) -> N
     """Every first-round pair involves the bad node; the two others never met: they are
     retested with each other, pass, and only the bad node keeps the failure."""
     conn = FakeConnector(Sim({"gpu003": fault("ib_port_down", "mlx5_2")}))
-    res = validate(cluster_yml, level="standard", out=cluster_yml.parent / "b", connector=conn)
+    res = validate(
+        load_cluster(cluster_yml), level="standard", out=cluster_yml.parent / "b", connector=conn
+    )
     assert res.failed_nodes == ["gpu003"]
     retests = [(p.server, p.client) for p in res.pairs if p.retest]
     assert retests in ([("gpu001", "gpu002")], [("gpu002", "gpu001")])
@@ -288,7 +279,9 @@ def test_three_nodes_one_bad_hca_only_the_bad_node_fails(cluster_yml: Path) -> N
 
 def test_unreachable_node_is_a_failed_node_with_its_reason(cluster_yml: Path) -> None:
     conn = FakeConnector(Sim(), unreachable={"gpu003": "ssh: connection to 198.18.0.13:22 refused"})
-    res = validate(cluster_yml, level="quick", out=cluster_yml.parent / "b", connector=conn)
+    res = validate(
+        load_cluster(cluster_yml), level="quick", out=cluster_yml.parent / "b", connector=conn
+    )
     assert res.failed_nodes == ["gpu003"]
     assert res.unreachable == {"gpu003": "ssh: connection to 198.18.0.13:22 refused"}
     meta = json.loads((res.bundle / "gpu003" / "meta.json").read_text())
@@ -300,7 +293,9 @@ def test_unreachable_node_is_a_failed_node_with_its_reason(cluster_yml: Path) ->
 
 def test_unreachable_nodes_are_left_out_of_the_pairs(cluster_yml: Path) -> None:
     conn = FakeConnector(Sim(), unreachable={"gpu003": "ssh: timed out"})
-    res = validate(cluster_yml, level="standard", out=cluster_yml.parent / "b", connector=conn)
+    res = validate(
+        load_cluster(cluster_yml), level="standard", out=cluster_yml.parent / "b", connector=conn
+    )
     assert [(p.server, p.client) for p in res.pairs] in (
         [("gpu001", "gpu002")],
         [("gpu002", "gpu001")],
@@ -310,7 +305,9 @@ def test_unreachable_nodes_are_left_out_of_the_pairs(cluster_yml: Path) -> None:
 
 def test_a_node_alone_on_its_fabric_is_not_measured_not_passed(cluster_yml: Path) -> None:
     conn = FakeConnector(Sim(), unreachable={"gpu002": "x", "gpu003": "y"})
-    res = validate(cluster_yml, level="standard", out=cluster_yml.parent / "b", connector=conn)
+    res = validate(
+        load_cluster(cluster_yml), level="standard", out=cluster_yml.parent / "b", connector=conn
+    )
     bw = [c for c in next(n for n in res.report.nodes if n.node == "gpu001").checks
           if c.check == "ib.write_bw"]  # fmt: skip
     assert len(bw) == 8
@@ -322,9 +319,12 @@ def test_a_node_alone_on_its_fabric_is_not_measured_not_passed(cluster_yml: Path
 def test_limit_collects_and_judges_only_the_selected_nodes(cluster_yml: Path) -> None:
     conn = FakeConnector(Sim())
     res = validate(
-        cluster_yml, level="quick", limit="gpu[001-002]", out=cluster_yml.parent / "b",
+        load_cluster(cluster_yml),
+        level="quick",
+        limit="gpu[001-002]",
+        out=cluster_yml.parent / "b",
         connector=conn,
-    )  # fmt: skip
+    )
     assert [n.node for n in res.report.nodes] == ["gpu001", "gpu002"]
     assert {node for node, _ in conn.log} == {"gpu001", "gpu002"}
     assert not (res.bundle / "gpu003").exists()
@@ -332,8 +332,10 @@ def test_limit_collects_and_judges_only_the_selected_nodes(cluster_yml: Path) ->
 
 def test_judging_the_bundle_again_gives_the_same_verdicts(cluster_yml: Path) -> None:
     conn = FakeConnector(Sim({"gpu001": fault("xid", "48:2")}))
-    res = validate(cluster_yml, level="quick", out=cluster_yml.parent / "b", connector=conn)
-    again = judge_bundle(cluster_yml, res.bundle)
+    res = validate(
+        load_cluster(cluster_yml), level="quick", out=cluster_yml.parent / "b", connector=conn
+    )
+    again = judge_bundle(load_cluster(cluster_yml), res.bundle)
     assert again.report.to_json() == res.report.to_json()
     assert again.level == "quick"
     assert again.failed_nodes == ["gpu001"]
@@ -344,11 +346,17 @@ def test_output_dir_must_be_new_or_empty(cluster_yml: Path) -> None:
     out.mkdir()
     (out / "x").write_text("x")
     with pytest.raises(UsageError, match="not an empty directory"):
-        validate(cluster_yml, level="quick", out=out, connector=FakeConnector(Sim()))
+        validate(load_cluster(cluster_yml), level="quick", out=out, connector=FakeConnector(Sim()))
 
 
 def test_default_bundle_dir_is_beside_cluster_yml(cluster_yml: Path) -> None:
-    res = validate(cluster_yml, level="quick", limit="gpu001", connector=FakeConnector(Sim()))
+    res = validate(
+        load_cluster(cluster_yml),
+        level="quick",
+        limit="gpu001",
+        out=default_out(cluster_yml),
+        connector=FakeConnector(Sim()),
+    )
     assert res.bundle.parent == cluster_yml.parent / ".gpuctl" / "validate"
 
 
@@ -367,7 +375,7 @@ def _scripted(table: Mapping[str, FakeRunning]) -> Answer:
 
 
 def _exps(cluster_yml: Path) -> dict[str, Any]:
-    return expectations(collect.with_level(load_cluster(cluster_yml), "quick"))
+    return expectations(scope.with_level(load_cluster(cluster_yml), "quick"))
 
 
 def test_a_timed_out_probe_is_recorded_timed_out_not_an_empty_success(
@@ -445,7 +453,9 @@ def test_concurrency_is_bounded_by_parallel(cluster_yml: Path, tmp_path: Path) -
     doc = doc.replace('addresses: "198.18.1.[11-13]"', 'addresses: "198.18.1.[11-34]"')
     cluster_yml.write_text(doc)
     conn = FakeConnector(Sim(), connect_delay=0.02)
-    res = validate(cluster_yml, level="quick", out=tmp_path / "b", connector=conn, parallel=5)
+    res = validate(
+        load_cluster(cluster_yml), level="quick", out=tmp_path / "b", connector=conn, parallel=5
+    )
     assert not res.failed
     assert conn.most_active <= 5
     assert conn.most_active >= 2  # it did run nodes at once
@@ -507,23 +517,23 @@ def test_limit_takes_node_sets_and_group_names(cluster_yml: Path) -> None:
 
 
 def test_level_override_reaches_every_group(cluster_yml: Path) -> None:
-    cluster = collect.with_level(load_cluster(cluster_yml), "long")
+    cluster = scope.with_level(load_cluster(cluster_yml), "long")
     assert {e.level for e in expectations(cluster).values()} == {"long"}
     with pytest.raises(UsageError):
-        collect.with_level(load_cluster(cluster_yml), "fast")
+        scope.with_level(load_cluster(cluster_yml), "fast")
 
 
 def test_ssh_settings_resolve_beside_cluster_yml_and_need_known_hosts(cluster_yml: Path) -> None:
     cluster = load_cluster(cluster_yml)
     key = cluster_yml.parent / ".gpuctl" / "lab" / "id_ed25519"
     key.write_text("not read here")
-    s = collect.ssh_settings(cluster, cluster_yml)
+    s = ssh.ssh_settings(cluster)
     assert s.known_hosts == cluster_yml.parent / ".gpuctl" / "lab" / "known_hosts"
     assert s.private_key == key
     assert s.become is False  # root needs no sudo
     (cluster_yml.parent / ".gpuctl" / "lab" / "known_hosts").unlink()
     with pytest.raises(EnvironmentProblem, match="known_hosts"):
-        collect.ssh_settings(cluster, cluster_yml)
+        ssh.ssh_settings(cluster)
 
 
 # ------------------------------------------------------------------------------------------
@@ -610,10 +620,8 @@ def ssh_server(tmp_path: Path) -> Any:
     server.close()
 
 
-def _connector(known: Path, key: Path, port: int) -> collect.ParamikoConnector:
-    return collect.ParamikoConnector(
-        collect.SshSettings("root", port, 5.0, known, key, become=False)
-    )
+def _connector(known: Path, key: Path, port: int) -> ssh.ParamikoConnector:
+    return ssh.ParamikoConnector(ssh.SshSettings("root", port, 5.0, known, key, become=False))
 
 
 def test_paramiko_runs_commands_with_exit_code_stdout_and_stderr(ssh_server: Any) -> None:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
+from helpers import ROOT
 
 from gpuctl.config import load_cluster, load_cluster_text
 from gpuctl.config.derived import effective_thresholds, nodes, summarize
 from gpuctl.starter import starter
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cluster(doc: dict[str, Any]) -> Any:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
 import pytest
+from helpers import ROOT
 from pydantic import BaseModel
 
 from gpuctl.config import docs
@@ -16,7 +17,6 @@ from gpuctl.config.catalog import gpu_specs
 from gpuctl.config.model import Cluster, GpuModel
 from gpuctl.starter import starter
 
-ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cluster-yml.md"
 REGENERATE = "run `python -m gpuctl.config.docs` to regenerate the field reference"
 

@@ -19,9 +19,9 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from helpers import ROOT
 from playbook_run import ansible_playbook
 
-ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 ROLES = PLAYBOOKS / "roles"
 
@@ -98,6 +98,23 @@ def _named(tasks: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return found[0]
 
 
+# the pin-and-hold recipe the roles share: the internal pinned_packages role, its task names
+PINNED = "pinned_packages"
+DROP_LOCK = "Drop a lock on another version: {{ pinned_packages_label }}"
+DNF_INSTALL = "At the pinned version (dnf): {{ pinned_packages_label }}"
+APT_INSTALL = "At the pinned version (apt): {{ pinned_packages_label }}"
+HOLD = "Hold the packages (apt): {{ pinned_packages_label }}"
+
+
+def _pinned(role: str, file: str, name: str, tasks_from: str | None = None) -> dict[str, Any]:
+    """The vars task ``name`` of a role passes to the pinned_packages role it includes."""
+    task = _named(_tasks(role, file), name)
+    include = task["ansible.builtin.include_role"]
+    assert include["name"] == PINNED
+    assert include.get("tasks_from") == tasks_from
+    return dict(task["vars"])
+
+
 # ------------------------------------------------------------------------------------------
 # 1. DOCA-OFED before the driver, and what a DOCA change does afterwards
 
@@ -123,11 +140,14 @@ def test_peermem_waits_for_the_driver_instead_of_failing() -> None:
 def test_a_doca_change_rebuilds_the_driver_modules_then_restarts_openibd_now() -> None:
     tasks = _tasks("rdma", "install.yml")
     want = ["rdma : Rebuild the NVIDIA driver's DKMS modules", "rdma : Restart openibd"]
-    for name in (
-        "DOCA-OFED packages at the pinned version (apt)",
-        "DOCA-OFED packages at the pinned version (dnf)",
-    ):
-        assert _named(tasks, name)["notify"] == want
+    assert _named(tasks, "DOCA-OFED packages at the pinned version (apt)")["notify"] == want
+    dnf = _pinned(
+        "rdma", "install.yml", "DOCA-OFED packages at the pinned version (dnf)", "dnf.yml"
+    )
+    assert dnf["pinned_packages_notify"] == want
+    assert (
+        _named(_tasks(PINNED, "dnf.yml"), DNF_INSTALL)["notify"] == "{{ pinned_packages_notify }}"
+    )
     # flushed inside the role: the next role (the driver, peermem, IPoIB) finds the new stack
     assert tasks[-1].get("ansible.builtin.meta") == "flush_handlers"
     handlers = _yaml(ROLES / "rdma" / "handlers" / "main.yml")
@@ -174,7 +194,12 @@ def test_a_new_doca_version_is_pinned_and_installed_through_the_hold() -> None:
         "rdma", ["Ubuntu-22"], UBUNTU2204, "__rdma_doca_apt_specs", rdma_doca_version="2.9.1"
     )
     dnf = _role_value(
-        "rdma", ["RedHat"], ROCKY94, "__rdma_doca_dnf_specs", rdma_doca_version="2.9.1"
+        PINNED,
+        [],
+        ROCKY94,
+        "__pinned_packages_specs",
+        pinned_packages_names=_yaml(ROLES / "rdma" / "vars" / "main.yml")["__rdma_doca_packages"],
+        pinned_packages_version="2.9.1",
     )
     # doca-ofed=2.9.5-0.1.8: the DOCA version and a build revision
     assert apt == ["doca-ofed=2.9.1-*"]
@@ -185,11 +210,10 @@ def test_a_new_doca_version_is_pinned_and_installed_through_the_hold() -> None:
     ]
     assert apt_task["name"] == "{{ __rdma_doca_apt_specs }}"
     assert apt_task["allow_change_held_packages"] is True
-    names = [t.get("name") for t in tasks]
+    _pinned("rdma", "install.yml", "DOCA-OFED packages at the pinned version (dnf)", "dnf.yml")
+    names = [t.get("name") for t in _tasks(PINNED, "dnf.yml")]
     # dnf: the lock on the old version goes before the install
-    assert names.index("Drop a lock on another DOCA-OFED version") < names.index(
-        "DOCA-OFED packages at the pinned version (dnf)"
-    )
+    assert names.index(DROP_LOCK) < names.index(DNF_INSTALL)
 
 
 @pytest.mark.parametrize(
@@ -398,10 +422,12 @@ def test_the_kernel_is_held_where_the_driver_was_built() -> None:
     ).read_text()
     assert "Unattended-Upgrade::Package-Blacklist {" in template
     hold_tasks = _tasks("nvidia_driver", "kernel_hold.yml")
+    hold = _pinned(
+        "nvidia_driver", "kernel_hold.yml", "Hold the kernel metapackages (apt)", "hold.yml"
+    )
+    assert hold["pinned_packages_names"] == "{{ __nvidia_driver_kernel_hold_packages }}"
     assert (
-        _named(hold_tasks, "Hold the kernel metapackages (apt)")["ansible.builtin.dpkg_selections"][
-            "selection"
-        ]
+        _named(_tasks(PINNED, "hold.yml"), HOLD)["ansible.builtin.dpkg_selections"]["selection"]
         == "hold"
     )
     lock = _named(hold_tasks, "Versionlock the installed kernels")["ansible.builtin.command"][
@@ -523,19 +549,14 @@ def test_el_gets_the_compute_only_set(modules: str) -> None:
 
 
 def test_driver_packages_go_in_without_recommends_or_weak_dependencies() -> None:
-    tasks = _tasks("nvidia_driver", "install.yml")
-    assert (
-        _named(tasks, "Driver packages at the pinned version (apt)")["ansible.builtin.apt"][
-            "install_recommends"
-        ]
-        is False
-    )
-    assert (
-        _named(tasks, "Driver packages at the pinned version (dnf)")["ansible.builtin.dnf"][
-            "install_weak_deps"
-        ]
-        is False
-    )
+    pinned = _pinned("nvidia_driver", "install.yml", "Driver packages at the pinned version")
+    assert pinned["pinned_packages_install_recommends"] is False
+    assert pinned["pinned_packages_install_weak_deps"] is False
+    # the shared recipe passes both on to apt and dnf
+    apt = _named(_tasks(PINNED, "apt.yml"), APT_INSTALL)["ansible.builtin.apt"]
+    assert "pinned_packages_install_recommends" in apt["install_recommends"]
+    dnf = _named(_tasks(PINNED, "dnf.yml"), DNF_INSTALL)["ansible.builtin.dnf"]
+    assert "pinned_packages_install_weak_deps" in dnf["install_weak_deps"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -543,34 +564,32 @@ def test_driver_packages_go_in_without_recommends_or_weak_dependencies() -> None
 
 
 @pytest.mark.parametrize(
-    ("role", "drop", "install"),
+    ("role", "include"),
     [
-        (
-            "nvidia_driver",
-            "Drop a lock on another driver version",
-            "Driver packages at the pinned version (dnf)",
-        ),
-        (
-            "fabric_manager",
-            "Drop a lock on another Fabric Manager version",
-            "Fabric Manager packages at the driver's version (dnf)",
-        ),
+        ("nvidia_driver", "Driver packages at the pinned version"),
+        ("fabric_manager", "Fabric Manager packages at the driver's version"),
     ],
 )
-def test_an_old_versionlock_goes_before_the_new_version_installs(
-    role: str, drop: str, install: str
-) -> None:
-    tasks = _tasks(role, "install.yml")
+def test_an_old_versionlock_goes_before_the_new_version_installs(role: str, include: str) -> None:
+    # the role installs through the shared pinned_packages recipe (dnf.yml on EL)
+    _pinned(role, "install.yml", include)
+    tasks = _tasks(PINNED, "dnf.yml")
     names = [t.get("name") for t in tasks]
-    assert names.index(drop) < names.index(install)
-    argv = _named(tasks, drop)["ansible.builtin.command"]["argv"]
+    assert names.index(DROP_LOCK) < names.index(DNF_INSTALL)
+    argv = _named(tasks, DROP_LOCK)["ansible.builtin.command"]["argv"]
     assert argv[:4] == ["dnf", "-q", "versionlock", "delete"]
 
 
 def test_old_lock_is_recognised_and_the_pinned_one_kept() -> None:
     locks = "nvidia-driver-cuda-3:570.133.20-1.el9.*\nkmod-nvidia-open-dkms-3:570.133.20-1.el9.*\n"
-    variables = {"__nvidia_driver_locks": {"stdout": locks}, "nvidia_driver_hold": True}
-    drop = _named(_tasks("nvidia_driver", "install.yml"), "Drop a lock on another driver version")
+    pinned = _pinned("nvidia_driver", "install.yml", "Driver packages at the pinned version")
+    variables = {
+        **_yaml(ROLES / PINNED / "defaults" / "main.yml"),
+        **pinned,
+        "__pinned_packages_locks": {"stdout": locks},
+        "nvidia_driver_hold": True,
+    }
+    drop = _named(_tasks(PINNED, "dnf.yml"), DROP_LOCK)
     conds = drop["when"]
     for version, expect in (("570.172.08", True), ("570.133.20", False)):
         templar = Templar(

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import ROOT
 
 from gpuctl.config import load_cluster, load_cluster_text
 from gpuctl.config.derived import summarize
 from gpuctl.render import render_files
 from gpuctl.starter import PROFILES, starter
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "inventories").glob("*.yml"))
 
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 
 from gpuctl.validation.capture import capture_output
 from gpuctl.validation.parsing import ParseResult, parse, registry
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 SHARED = ROOT.parent / "shared" / "fixtures"
 FIXTURE_FILES = sorted(FIXTURES.rglob("*.txt"))

@@ -6,22 +6,20 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from gpuctl.config import load_cluster
 from gpuctl.validation.capture import capture_output
 from gpuctl.validation.expect import ExpectedNic, NodeExpectation, expectations
-from gpuctl.validation.judges import (
-    ProbeOutput,
-    judge_fabric_manager,
-    judge_fleet_relative,
-    judge_ib_write_bw,
-    judge_nccl,
-    judge_topology,
-    judge_xid,
-)
+from gpuctl.validation.judges.base import ProbeOutput
+from gpuctl.validation.judges.fabric_manager import judge_fabric_manager
+from gpuctl.validation.judges.fleet import judge_fleet_relative
+from gpuctl.validation.judges.infiniband import judge_ib_write_bw
+from gpuctl.validation.judges.nccl import judge_nccl
+from gpuctl.validation.judges.topology import judge_topology
+from gpuctl.validation.judges.xid import judge_xid
 from gpuctl.validation.results import CheckResult, Verdict
 
-ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
 
 
@@ -189,7 +187,7 @@ def h100_565() -> NodeExpectation:
 
 
 def test_healthy_hgx_h100_smi_q() -> None:
-    from gpuctl.validation.judges import judge_gpus
+    from gpuctl.validation.judges.gpus import judge_gpus
 
     res = judge_gpus(h100_565(), out("smi-q", "nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt"))
     assert verdicts(res, "gpu.count") == [Verdict.OK]
@@ -200,7 +198,7 @@ def test_healthy_hgx_h100_smi_q() -> None:
 
 
 def test_wrong_driver_and_missing_gpus_fail() -> None:
-    from gpuctl.validation.judges import judge_gpus
+    from gpuctl.validation.judges.gpus import judge_gpus
 
     res = judge_gpus(h100(), out("smi-q", "nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt"))
     [drv] = [r for r in res if r.check == "gpu.driver"]
@@ -211,7 +209,7 @@ def test_wrong_driver_and_missing_gpus_fail() -> None:
 
 
 def test_pending_row_remap_fails_the_gpu() -> None:
-    from gpuctl.validation.judges import judge_gpus
+    from gpuctl.validation.judges.gpus import judge_gpus
 
     exp = dataclasses.replace(a100(), product_name=None, driver_version=None)
     res = judge_gpus(
@@ -224,7 +222,7 @@ def test_pending_row_remap_fails_the_gpu() -> None:
 
 
 def test_ib_ports_down_and_missing_hca() -> None:
-    from gpuctl.validation.judges import judge_ib_ports
+    from gpuctl.validation.judges.infiniband import judge_ib_ports
 
     exp = dataclasses.replace(
         h100(), nics=tuple(ExpectedNic(f"mlx5_{i}", "ndr", "infiniband", 400) for i in (0, 1, 4))
@@ -242,7 +240,7 @@ def test_ib_ports_down_and_missing_hca() -> None:
 
 
 def test_roce_port_on_an_infiniband_fabric_is_a_link_layer_failure() -> None:
-    from gpuctl.validation.judges import judge_ib_ports
+    from gpuctl.validation.judges.infiniband import judge_ib_ports
 
     exp = dataclasses.replace(h100(), nics=(ExpectedNic("mlx5_0", "ndr", "infiniband", 400),))
     res = judge_ib_ports(exp, out("ibstat", "ib/ibstat-h100-node-roce400-plus-100g-all-active.txt"))
@@ -250,7 +248,7 @@ def test_roce_port_on_an_infiniband_fabric_is_a_link_layer_failure() -> None:
 
 
 def test_dcgm_diag_pass_and_fail() -> None:
-    from gpuctl.validation.judges import judge_dcgm
+    from gpuctl.validation.judges.dcgm import judge_dcgm
 
     ok = judge_dcgm(h100(), out("dcgm-diag", "dcgm/dcgmi-diag-r4-pass-blacklist-era.txt"))
     assert ok
@@ -311,7 +309,7 @@ def test_xid_window_drops_old_events_but_keeps_undated_ones() -> None:
 
 
 def test_slurm_node_state_drained_by_someone_else_is_a_warning() -> None:
-    from gpuctl.validation.judges import judge_slurm_node
+    from gpuctl.validation.judges.slurm_node import judge_slurm_node
 
     rel = "slurm/scontrol-show-node-idle-drain-gres-count-lower-rtx3090.txt"
     exp = dataclasses.replace(h100(), node="yigou-dev-102-68")
@@ -343,7 +341,7 @@ def test_real_captures_stay_below_the_physical_ceilings() -> None:
     """Every nccl-tests and perftest capture in tests/fixtures reads below the ceilings in
     data/limits.yml (the fastest GPU and port gpuctl knows): the ceilings never fail hardware."""
     from gpuctl.config.catalog import busbw_ceiling, fastest_rate, port_ceiling
-    from gpuctl.validation.judges import MB_PER_SEC_TO_GBPS
+    from gpuctl.validation.judges.infiniband import MB_PER_SEC_TO_GBPS
     from gpuctl.validation.parsing import parse
     from gpuctl.validation.plausible import implausible, nccl_table_lie
 

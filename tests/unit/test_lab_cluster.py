@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from gpuctl.config import load_cluster_text
 from gpuctl.config.derived import summarize
@@ -38,7 +39,7 @@ def test_inventories_lab_yml_is_the_default_lab(
     """The example the docs point at is what `gpuctl lab up` writes (but for the paths of the
     key, the known hosts and the wheelhouse, which are under the lab directory)."""
     monkeypatch.setenv("GPUCTL_LAB_DIR", str(tmp_path))
-    example = (Path(__file__).resolve().parents[2] / "inventories" / "lab.yml").read_text()
+    example = (ROOT / "inventories" / "lab.yml").read_text()
     running = lab.lab_cluster_text(2, lab.DEFAULT_PROFILE)
     key = str(lab.ssh_key())
     hosts = str(lab.known_hosts())

@@ -13,10 +13,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import require_tool
 
 from gpuctl.lab import lab, repo
 
-pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
+
+@pytest.fixture(scope="module", autouse=True)
+def _dpkg_deb() -> None:
+    """Every test here builds or reads packages with dpkg-deb."""
+    require_tool("dpkg-deb", "apt install dpkg")
+
 
 DRIVER = "570.172.08-1"
 NEWER = "570.195.03-1"  # more_versions: driver (what a driver rollout in the lab goes to)
@@ -245,8 +251,7 @@ def test_packages_index_matches_the_files(built: Path) -> None:
 
 
 def test_dpkg_scanpackages_agrees(built: Path) -> None:
-    if shutil.which("dpkg-scanpackages") is None:
-        pytest.skip("dpkg-dev not installed")
+    require_tool("dpkg-scanpackages", "apt install dpkg-dev")
     for where in (built, built / repo.MORE_DIR):
         res = subprocess.run(
             ["dpkg-scanpackages", "--multiversion", "."],

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 
 from gpuctl.lab.sim import (
     dcgm,
@@ -29,7 +30,6 @@ from gpuctl.lab.sim.faults import NAMES, FaultError, apply, clear, parse_assignm
 from gpuctl.validation.capture import capture_output
 from gpuctl.validation.parsing import ParseResult, parse
 
-ROOT = Path(__file__).resolve().parents[2]
 NODE = "gpu-node-01"
 PROFILES = profiles.names()
 GIB8 = 8 << 30

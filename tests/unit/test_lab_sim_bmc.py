@@ -1,4 +1,4 @@
-"""The lab's SIMULATED Redfish BMCs (gpuctl/lab/bmc.py), in process on 127.0.0.1 with real TLS
+"""The lab's SIMULATED Redfish BMCs (gpuctl/lab/sim/bmc/), in process on 127.0.0.1 with real TLS
 (the lab CA made by ensure_tls), real HTTP Basic credentials from the Ansible Vault file, and
 driven by the real Redfish client (gpuctl/rollout/redfish.py). The node is a fake root (its
 hardware.json and faults.json) and its power a fake (the lab signals the node's supervisor;
@@ -26,9 +26,8 @@ from typing import Any
 
 import pytest
 
-from gpuctl.lab import bmc
 from gpuctl.lab import lab as lab_module
-from gpuctl.lab.sim import mft, profiles, standin
+from gpuctl.lab.sim import bmc, mft, profiles, standin
 from gpuctl.lab.system import LabError
 from gpuctl.rollout import redfish
 
@@ -126,7 +125,7 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
     log = tmp_path / "bmc.log"
     handler = logging.FileHandler(log)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    logger = logging.getLogger("gpuctl.lab.bmc")
+    logger = logging.getLogger("gpuctl.lab.sim.bmc")
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     service = bmc.BmcService(
@@ -636,7 +635,7 @@ def test_the_password_never_reaches_the_log(lab: Lab, tmp_path: Path) -> None:
     )
     redfish.reset_system(client, "System_0", "PowerCycle")
     eventually(lambda: lab.power.events == ["force_off", "power_on"])
-    for handler in logging.getLogger("gpuctl.lab.bmc").handlers:
+    for handler in logging.getLogger("gpuctl.lab.sim.bmc").handlers:
         handler.flush()
     text = lab.log.read_text()
     assert "GET /redfish/v1/UpdateService" in text  # the log has the request lines

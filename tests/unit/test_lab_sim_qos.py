@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 from test_roce_qos_script import SCRIPT, SYSTEM_PATH, SYSTEM_TOOLS, render_conf
 
 from gpuctl.lab.sim import profiles, qos, standin, sysroot
 from gpuctl.validation.capture import capture_output
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "ib"
 FRESH = FIXTURES / "mlnx_qos-i-fresh-port-trust-pcp-pfc-off.out"
 DSCP = FIXTURES / "mlnx_qos-i-trust-dscp-pfc-off.out"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 from playbook_run import ansible_playbook
 
 from gpuctl.config import load_cluster, load_cluster_text
@@ -20,7 +21,6 @@ from gpuctl.lab.repo import load_specs
 from gpuctl.render import render_files
 from gpuctl.starter import starter
 
-ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 ROLE = PLAYBOOKS / "roles" / "mft"
 
@@ -98,7 +98,10 @@ def test_argument_specs_describe_the_defaults() -> None:
 )
 def test_package_specs_per_family(family: str, spec: str) -> None:
     packages = _yaml(ROLE / "vars" / "main.yml")["__mft_packages"]
-    separator = _yaml(ROLE / "vars" / f"{family}.yml")["__mft_version_separator"]
+    # the specs are the shared pinned_packages role's: name, its separator, the version
+    separator = _yaml(ROLE.parent / "pinned_packages" / "vars" / "main.yml")[
+        "__pinned_packages_separator"
+    ][family]
     assert [f"{p}{separator}4.26.1-3" for p in packages] == [spec]
 
 

@@ -15,20 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_collect import PROFILE, FakeConnector, FakeRunning, Sim, cluster_yml, done, fault
+from helpers import ROOT
+from test_collect import PROFILE, FakeConnector, FakeRunning, Sim, done, fault
 
 from gpuctl.config import load_cluster
 from gpuctl.lab.sim import perf as sim_perf
 from gpuctl.lab.sim import ranks as sim_ranks
 from gpuctl.validation import multinode as mn
-from gpuctl.validation.collect import judge_bundle, validate
+from gpuctl.validation import multinode_collect
+from gpuctl.validation.api import judge_bundle, validate
+from gpuctl.validation.bundle import META_FILE, MULTINODE_DIR
 from gpuctl.validation.expect import expectations
 from gpuctl.validation.multinode import RunOutcome, SrunOptions, locate, outcome, srun_argv
 from gpuctl.validation.results import Verdict
 
-__all__ = ["cluster_yml"]  # the fixture, shared with test_collect
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
+FIXTURES = ROOT / "tests" / "fixtures" / "nccl-tests"
 
 
 def per_gpu(cluster_yml: Path) -> Path:
@@ -402,7 +403,8 @@ def nccl_multinode(report: Any) -> dict[str, tuple[Verdict, str]]:
 
 def run_long(cluster: Path, answer: Callable[[str, list[str]], FakeRunning]) -> Any:
     conn = FakeConnector(answer)
-    return validate(cluster, level="long", out=cluster.parent / "b", connector=conn), conn
+    out = cluster.parent / "b"
+    return validate(load_cluster(cluster), level="long", out=out, connector=conn), conn
 
 
 def test_long_healthy_runs_one_multinode_run_from_the_controller(cluster_yml: Path) -> None:
@@ -415,8 +417,8 @@ def test_long_healthy_runs_one_multinode_run_from_the_controller(cluster_yml: Pa
     found = nccl_multinode(res.report)
     assert set(found) == {"gpu001", "gpu002", "gpu003"}
     assert {v for v, _ in found.values()} == {Verdict.OK}
-    folder = res.bundle / mn.BUNDLE_DIR / "gpu"
-    meta = json.loads((folder / mn.META_FILE).read_text())
+    folder = res.bundle / MULTINODE_DIR / "gpu"
+    meta = json.loads((folder / META_FILE).read_text())
     assert meta["nodes"] == ["gpu001", "gpu002", "gpu003"]
     assert meta["threshold"] == 300.0
     run = meta["runs"][0]
@@ -438,7 +440,7 @@ def test_long_locates_the_slow_node_and_rejudging_the_bundle_agrees(cluster_yml:
     assert found["gpu001"][0] is found["gpu003"][0] is Verdict.OK
     assert 2 <= len(sim.sruns) <= mn.default_budget(3)
     # offline: the same verdicts from the bundle alone
-    again = judge_bundle(cluster_yml, res.bundle)
+    again = judge_bundle(load_cluster(cluster_yml), res.bundle)
     assert nccl_multinode(again.report) == found
 
 
@@ -455,7 +457,7 @@ def test_rejudging_with_a_lower_threshold_replays_without_new_runs(cluster_yml: 
         else doc + "validation:\n  thresholds: {nccl_multinode_busbw_gbs: 150}\n",
         encoding="utf-8",
     )
-    again = judge_bundle(cluster_yml, res.bundle)
+    again = judge_bundle(load_cluster(cluster_yml), res.bundle)
     assert {v for v, _ in nccl_multinode(again.report).values()} == {Verdict.OK}
 
 
@@ -490,11 +492,14 @@ def test_an_unusable_srun_makes_every_node_unknown_not_ok(cluster_yml: Path) -> 
 def test_standard_runs_no_multinode_test(cluster_yml: Path) -> None:
     sim = SlurmSim()
     res = validate(
-        cluster_yml, level="standard", out=cluster_yml.parent / "b", connector=FakeConnector(sim)
+        load_cluster(cluster_yml),
+        level="standard",
+        out=cluster_yml.parent / "b",
+        connector=FakeConnector(sim),
     )
     assert sim.sruns == []
     assert nccl_multinode(res.report) == {}
-    assert not (res.bundle / mn.BUNDLE_DIR).exists()
+    assert not (res.bundle / MULTINODE_DIR).exists()
 
 
 # ------------------------------------------------------------------------------------------
@@ -601,8 +606,8 @@ def test_a_long_bundle_without_its_multinode_runs_is_unknown_not_passed(
     per_gpu(cluster_yml)
     res, _ = run_long(cluster_yml, SlurmSim())
     assert not res.failed
-    shutil.rmtree(res.bundle / mn.BUNDLE_DIR)  # a bundle someone trimmed
-    again = judge_bundle(cluster_yml, res.bundle)
+    shutil.rmtree(res.bundle / MULTINODE_DIR)  # a bundle someone trimmed
+    again = judge_bundle(load_cluster(cluster_yml), res.bundle)
     found = nccl_multinode(again.report)
     assert {v for v, _ in found.values()} == {Verdict.UNKNOWN}
     assert set(found) == {"gpu001", "gpu002", "gpu003"}
@@ -625,7 +630,7 @@ def test_a_stopped_collection_is_judged_unknown(cluster_yml: Path, tmp_path: Pat
     nodes = ["gpu001", "gpu002", "gpu003"]
     slurm = {n: {"state": "IDLE", "state_flags": []} for n in nodes}
     with pytest.raises(KeyboardInterrupt):
-        mn.collect_group(tmp_path, "gpu", nodes, exps, execute, lambda *a: {}, write, slurm=slurm)
+        multinode_collect.collect_group(tmp_path, "gpu", nodes, exps, execute, slurm=slurm)
     results, _ = mn.judge_bundle_dir(tmp_path, exps)
     assert {(r.node, r.verdict) for r in results} == {(n, Verdict.UNKNOWN) for n in nodes}
     assert "not finished" in results[0].message

@@ -20,10 +20,10 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
+from helpers import ROOT
 from playbook_run import run_local_play
 
-REPO = Path(__file__).resolve().parents[2]
-ROLES = REPO / "playbooks" / "roles"
+ROLES = ROOT / "playbooks" / "roles"
 NCCL = ROLES / "nccl"
 
 
@@ -103,18 +103,28 @@ def test_the_hpcx_path_writes_the_file_and_runs_ldconfig() -> None:
 # EL 9 versionlocks
 
 
+# the roles pin through the shared pinned_packages role (its dnf.yml on EL)
+PINNED_DNF = ROLES / "pinned_packages" / "tasks" / "dnf.yml"
+
+
 def _lock_steps(role: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The vars the role passes to pinned_packages, the shared "Drop a lock" task, the names
+    of the shared dnf steps."""
     install = ROLES / role / "tasks" / "install.yml"
-    (block,) = [t for t in _yaml(install) if t["name"] == f"{role.upper()} (dnf)"]
-    names = [t["name"] for t in block["block"]]
-    return block, _task(install, f"Drop a lock on another {role.upper()} version"), names
+    (include,) = [t for t in _yaml(install) if t["name"] == f"{role.upper()} at the pinned version"]
+    assert include["ansible.builtin.include_role"] == {"name": "pinned_packages"}
+    names = [t["name"] for t in _tasks(PINNED_DNF)]
+    drop = _task(PINNED_DNF, "Drop a lock on another version: {{ pinned_packages_label }}")
+    return include["vars"], drop, names
 
 
 @pytest.mark.parametrize("role", ["dcgm", "nccl"])
 def test_an_old_lock_goes_before_the_new_pin(role: str) -> None:
-    _block, drop, names = _lock_steps(role)
+    pinned, drop, names = _lock_steps(role)
     assert names.index("Locked versions") < names.index(drop["name"])
-    assert names.index(drop["name"]) < names.index(f"{role.upper()} at the pinned version (dnf)")
+    assert names.index(drop["name"]) < names.index(
+        "At the pinned version (dnf): {{ pinned_packages_label }}"
+    )
     assert drop["ansible.builtin.command"]["argv"] == [
         "dnf",
         "-q",
@@ -122,12 +132,13 @@ def test_an_old_lock_goes_before_the_new_pin(role: str) -> None:
         "delete",
         "{{ item }}",
     ]
-    assert drop["loop"] == f"{{{{ __{role}_packages }}}}"
+    assert drop["loop"] == "{{ pinned_packages_names }}"
+    assert pinned["pinned_packages_names"] == f"{{{{ __{role}_packages }}}}"
 
 
 def _dropped(role: str, pin: dict[str, str], locks: str, tmp: Path) -> list[str]:
     """The packages the role's "Drop a lock" task deletes the lock of, for ``locks``."""
-    _block, drop, _names = _lock_steps(role)
+    pinned, drop, _names = _lock_steps(role)
     packages = {
         "dcgm": ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"],
         "nccl": ["libnccl", "libnccl-devel"],
@@ -137,10 +148,12 @@ def _dropped(role: str, pin: dict[str, str], locks: str, tmp: Path) -> list[str]
             "hosts": "localhost",
             "gather_facts": False,
             "vars": {
+                **_yaml(ROLES / "pinned_packages" / "defaults" / "main.yml"),
+                **pinned,
                 **pin,
                 f"{role}_hold": True,
                 f"__{role}_packages": packages,
-                f"__{role}_locks": {"stdout": locks},
+                "__pinned_packages_locks": {"stdout": locks},
             },
             "tasks": [
                 {
@@ -209,5 +222,6 @@ def test_which_locks_are_dropped(
 def test_the_lock_patterns_read_dnfs_format() -> None:
     """The "already locked" test of the add step matches what the drop step keeps."""
     for role, pin in (("dcgm", "4.2.3"), ("nccl", "2.21.5-1+cuda12.4")):
-        add = _task(ROLES / role / "tasks" / "install.yml", f"Versionlock {role.upper()}")
+        _lock_steps(role)
+        add = _task(PINNED_DNF, "Versionlock the packages: {{ pinned_packages_label }}")
         assert any(re.search(r"is not search\(", cond) for cond in add["when"]), (role, pin)

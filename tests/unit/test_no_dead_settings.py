@@ -23,20 +23,21 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 
 from gpuctl import render
 from gpuctl.config.loader import load_cluster_text, validate_data
 from gpuctl.config.model import Cluster
-from gpuctl.config.rules import UNENFORCED_THRESHOLDS
+from gpuctl.config.rules.settings import UNENFORCED_THRESHOLDS
 from gpuctl.errors import ConfigError, UsageError
 from gpuctl.render import render_files
 from gpuctl.starter import PROFILES, starter
+from gpuctl.validation.bundle import NodeBundle
 from gpuctl.validation.capture import capture_output
-from gpuctl.validation.judges import ProbeOutput
-from gpuctl.validation.suite import NodeBundle, judge_cluster
+from gpuctl.validation.judges.base import ProbeOutput
+from gpuctl.validation.suite import judge_cluster
 
 from settings_walk import (  # isort: skip
-    ROOT,
     Leaf,
     Loc,
     argument_spec_options,
@@ -409,14 +410,14 @@ def _env(**values: str) -> Iterator[None]:
 
 def _ssh(cluster: Cluster, tmp: Path) -> Any:
     """The SSH settings gpuctl's own connections use (validate, rollout)."""
-    from gpuctl.validation.collect import ssh_settings
+    from gpuctl.remote.ssh import ssh_settings
 
     known = Path(os.path.expanduser(cluster.ssh.known_hosts))
     if not known.is_absolute():
         (tmp / known).parent.mkdir(parents=True, exist_ok=True)
         (tmp / known).write_text("gpu001 ssh-ed25519 AAAA\n", encoding="utf-8")
     try:
-        return ssh_settings(cluster, tmp / "cluster.yml")
+        return ssh_settings(cluster)
     except Exception as exc:
         return str(exc)
 
@@ -431,7 +432,7 @@ def _policy(cluster: Cluster, tmp: Path) -> Any:
 
 
 def _multinode(cluster: Cluster, tmp: Path) -> Any:
-    from gpuctl.validation.collect import multinode_plan
+    from gpuctl.validation.collector import multinode_plan
 
     return multinode_plan(cluster)
 

@@ -20,23 +20,17 @@ from test_validate_cli import Slurm
 
 from gpuctl.config import load_cluster
 from gpuctl.errors import UsageError
-from gpuctl.starter import starter
+from gpuctl.remote import ExecResult, local
+from gpuctl.remote.local import run_local
 from gpuctl.validation import nodecheck
-from gpuctl.validation.collect import ExecResult, judge_bundle, with_level
+from gpuctl.validation.api import judge_bundle
 from gpuctl.validation.expect import expectations
-from gpuctl.validation.nodecheck import PREFIX, node_check, run_local, slurm_plan
+from gpuctl.validation.nodecheck import PREFIX, node_check, slurm_plan
 from gpuctl.validation.probes import probes_for
 from gpuctl.validation.results import CheckResult, NodeReport, Verdict
+from gpuctl.validation.scope import with_level
 
 NODE = "gpu002"
-
-
-@pytest.fixture
-def cluster_yml(tmp_path: Path) -> Path:
-    """The lab's cluster.yml: ctl01 (controller) + gpu001..gpu003 (8x H100, 8 NDR HCAs)."""
-    path = tmp_path / "cluster.yml"
-    path.write_text(starter("lab", 3), encoding="utf-8")
-    return path
 
 
 class FakeNode:
@@ -81,7 +75,7 @@ class FakeNode:
 
 
 def check(cluster_yml: Path, fake: FakeNode, **kw: Any) -> nodecheck.NodeCheckResult:
-    return node_check(cluster_yml, node=kw.pop("node", NODE), runner=fake, **kw)
+    return node_check(load_cluster(cluster_yml), node=kw.pop("node", NODE), runner=fake, **kw)
 
 
 def problems(result: nodecheck.NodeCheckResult) -> dict[str, list[str]]:
@@ -306,7 +300,12 @@ def test_the_deadline_ends_probes_and_they_count_as_timed_out(cluster_yml: Path)
         return fake(argv, timeout_s)
 
     res = node_check(
-        cluster_yml, node=NODE, level="standard", deadline_s=1, runner=slow_nccl, drain=False
+        load_cluster(cluster_yml),
+        node=NODE,
+        level="standard",
+        deadline_s=1,
+        runner=slow_nccl,
+        drain=False,
     )
     assert seen["nvidia-smi"] == 1  # every probe is bounded by the deadline
     assert seen["all_reduce_perf"] == 1
@@ -333,7 +332,7 @@ def test_the_node_defaults_to_the_short_host_name(
     cluster_yml: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(socket, "gethostname", lambda: "gpu002.cluster.example")
-    res = node_check(cluster_yml, runner=FakeNode())
+    res = node_check(load_cluster(cluster_yml), runner=FakeNode())
     assert res.node == NODE
 
 
@@ -380,7 +379,7 @@ def test_out_keeps_a_bundle_that_validate_judges_again(cluster_yml: Path) -> Non
     assert sorted(p.name for p in out.iterdir()) == ["bundle.json", NODE, "results.json"]
     header = json.loads((out / "bundle.json").read_text())
     assert (header["complete"], header["nodes"], header["level"]) == (True, [NODE], "quick")
-    again = judge_bundle(cluster_yml, out)
+    again = judge_bundle(load_cluster(cluster_yml), out)
     node = next(n for n in again.report.nodes if n.node == NODE)
     assert [(c.check, c.verdict) for c in node.checks] == [
         (c.check, c.verdict) for c in res.node_report.checks
@@ -429,7 +428,7 @@ def test_run_local_times_out_and_ends_the_whole_process_group(tmp_path: Path) ->
 
 
 def test_run_local_kills_what_ignores_sigterm(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nodecheck, "KILL_AFTER_S", 0.3)
+    monkeypatch.setattr(local, "KILL_AFTER_S", 0.3)
     start = time.monotonic()
     res = run_local(["sh", "-c", "trap '' TERM; sleep 30"], 0.2)
     assert res.timed_out

@@ -14,18 +14,18 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 from packaging.requirements import Requirement
 
 from gpuctl.config import load_cluster_text
 from gpuctl.errors import ConfigError
-from gpuctl.lab import wheelhouse
+from gpuctl.provision import wheelhouse
+from gpuctl.remote import KILL_AFTER_S
 from gpuctl.render import HEALTH_CHECK_PROGRAM, NODE_CLUSTER_YML, render_files
 from gpuctl.starter import starter
 from gpuctl.validation.expect import expectations
 from gpuctl.validation.nodecheck import DEFAULT_CLUSTER, SCONTROL_TIMEOUT_S
-from gpuctl.validation.probes import KILL_AFTER_S
 
-ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "playbooks" / "roles" / "gpuctl_node_check"
 EXAMPLES = sorted((ROOT / "inventories").glob("*.yml"))
 
@@ -185,7 +185,7 @@ def test_requirements_are_the_locks_versions_and_hashes() -> None:
     lock = wheelhouse.LOCK.read_text(encoding="utf-8")
     assert wheelhouse.REQUIREMENTS.read_text(encoding="utf-8") == wheelhouse.node_requirements(
         lock
-    ), "regenerate: python -c 'from gpuctl.lab import wheelhouse as w; "
+    ), "regenerate: python -c 'from gpuctl.provision import wheelhouse as w; "
     "w.REQUIREMENTS.write_text(w.node_requirements(w.LOCK.read_text()))'"
     text = wheelhouse.REQUIREMENTS.read_text(encoding="utf-8")
     pins = re.findall(r"(?m)^([a-z0-9-]+)==(\S+) \\$", text)

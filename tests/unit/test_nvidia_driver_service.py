@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import ROOT
 from playbook_run import ansible_playbook
 
-ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ROOT / "playbooks" / "roles" / "nvidia_driver" / "tasks" / "service.yml"
 INSTALLED = "570.195.03"
 NO_DRIVER = (

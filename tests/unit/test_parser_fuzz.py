@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,6 @@ from gpuctl.validation.capture import capture_output
 from gpuctl.validation.numbers import implausible_numbers
 from gpuctl.validation.parsing import ParseResult, registry
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 from playbook_run import ansible_playbook
 
 from gpuctl.config import load_cluster
 from gpuctl.render import render_cluster
 
-REPO = Path(__file__).resolve().parents[2]
-ROLE = REPO / "playbooks" / "roles" / "preflight"
-PLAYBOOK = REPO / "playbooks" / "preflight.yml"
+ROLE = ROOT / "playbooks" / "roles" / "preflight"
+PLAYBOOK = ROOT / "playbooks" / "preflight.yml"
 RULES: list[dict[str, Any]] = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())[
     "__preflight_rules"
 ]
@@ -134,7 +134,7 @@ UNKNOWN: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
 def _examples(tmp: Path) -> dict[str, dict[str, Any]]:
     """preflight_versions as gpuctl render writes it for every example inventory."""
     out = {}
-    for path in sorted((REPO / "inventories").glob("*.yml")):
+    for path in sorted((ROOT / "inventories").glob("*.yml")):
         render_dir = tmp / f"render-{path.stem}"
         render_cluster(load_cluster(path), render_dir)
         versions = yaml.safe_load((render_dir / "group_vars" / "all.yml").read_text()).get(
@@ -326,9 +326,9 @@ def test_dcgm_3_is_refused_even_when_unverified(tmp_path: Path) -> None:
 
 
 def test_the_examples_pin_dcgm_4() -> None:
-    for path in sorted((REPO / "inventories").glob("*.yml")):
+    for path in sorted((ROOT / "inventories").glob("*.yml")):
         assert load_cluster(path).software.dcgm.split(".")[0] == "4", path.name
-    for path in sorted((REPO / "templates" / "init").glob("*.j2")):
+    for path in sorted((ROOT / "templates" / "init").glob("*.j2")):
         pins = re.findall(r'^  dcgm: "?([0-9.]+)"?', path.read_text(), re.M)
         assert pins, path.name
         assert all(p.startswith("4.") for p in pins), (path.name, pins)
@@ -337,7 +337,7 @@ def test_the_examples_pin_dcgm_4() -> None:
 def test_render_passes_the_override_to_the_gate(tmp_path: Path) -> None:
     from gpuctl.config import load_cluster_text
 
-    text = (REPO / "inventories" / "lab.yml").read_text()
+    text = (ROOT / "inventories" / "lab.yml").read_text()
     rendered = {}
     for name, extra in (
         ("plain", ""),
@@ -355,7 +355,7 @@ def test_render_passes_the_override_to_the_gate(tmp_path: Path) -> None:
 
 
 def test_docs_list_every_rule() -> None:
-    doc = (REPO / "docs" / "compatibility.md").read_text()
+    doc = (ROOT / "docs" / "compatibility.md").read_text()
     for rule in RULES:
         assert f"`{rule['id']}`" in doc, rule["id"]
         assert rule["source"] in doc, rule["id"]

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 from playbook_run import run_local_play
 
-REPO = Path(__file__).resolve().parents[2]
-ROLES = REPO / "playbooks" / "roles"
+ROLES = ROOT / "playbooks" / "roles"
 ROLE = ROLES / "preflight"
 
 

@@ -7,11 +7,13 @@ import shlex
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from gpuctl.config import load_cluster
-from gpuctl.validation.collect import with_level
+from gpuctl.validation.bundle import NodeBundle
 from gpuctl.validation.expect import NodeExpectation, expectations
-from gpuctl.validation.judges import ProbeOutput
+from gpuctl.validation.judges import NODE_JUDGES
+from gpuctl.validation.judges.base import ProbeOutput
 from gpuctl.validation.parsing import parse, registry
 from gpuctl.validation.probes import (
     LEVEL_BUDGET_S,
@@ -23,9 +25,9 @@ from gpuctl.validation.probes import (
     probes_for,
     wants_ib_write_bw,
 )
-from gpuctl.validation.suite import NodeBundle, judge_node
+from gpuctl.validation.scope import with_level
+from gpuctl.validation.suite import judge_node
 
-ROOT = Path(__file__).resolve().parents[2]
 INVENTORIES = sorted(p for p in (ROOT / "inventories").glob("*.yml"))
 
 
@@ -41,6 +43,14 @@ def test_every_probe_kind_has_a_parser() -> None:
     kinds = set(registry())
     assert {p.kind for p in PROBES} <= kinds
     assert "perftest" in kinds
+
+
+def test_every_judge_reads_parsed_kinds_and_every_probe_output_has_a_judge() -> None:
+    kinds = set(registry())
+    read = {kind for judge in NODE_JUDGES for kind in judge.reads}
+    assert read <= kinds
+    assert {p.kind for p in PROBES} <= read
+    assert len({judge.name for judge in NODE_JUDGES}) == len(NODE_JUDGES)
 
 
 def test_quick_on_an_hgx_h100_node_runs_the_six_inventory_and_health_commands() -> None:

@@ -13,24 +13,34 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+from helpers import ROOT
 from typer.testing import CliRunner
 
 from gpuctl.cli.app import app
+from gpuctl.config import load_cluster
 from gpuctl.errors import EnvironmentProblem, UsageError
-from gpuctl.provision import ProgressEvent, provision, read_log, read_record, runner
+from gpuctl.provision import (
+    ProgressEvent,
+    ProvisionResult,
+    provision,
+    read_log,
+    read_record,
+    runner,
+    state_dir_for,
+)
 from gpuctl.provision.runner import ansible_limit
 from gpuctl.provision.runs import RunRecord, write_record
 
-REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(Path(__file__).with_name("playbooks") / "provision-mixed.yml")
 SECRET = "s3cr3t-munge-like-value-8f1b2c"  # noqa: S105 - a test value to search for
 
 
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    text = (REPO / "inventories" / "lab.yml").read_text(encoding="utf-8")
+    text = (ROOT / "inventories" / "lab.yml").read_text(encoding="utf-8")
     path = tmp_path / "cluster.yml"
     path.write_text(text.replace(".gpuctl/lab/known_hosts", "known_hosts"), encoding="utf-8")
     (tmp_path / "known_hosts").write_text("198.18.0.10 ssh-ed25519 AAAAC3Nz...\n")
@@ -49,10 +59,20 @@ def _state(cluster: Path) -> Path:
     return cluster.parent / "test-state"
 
 
+def _provision(cluster: Path, state_dir: Path | None = None, **options: Any) -> ProvisionResult:
+    """provision() as `gpuctl provision` calls it: cluster.yml loaded, the default state dir."""
+    return provision(
+        load_cluster(cluster),
+        cluster_file=cluster,
+        state_dir=state_dir_for(cluster, state_dir),
+        **options,
+    )
+
+
 def test_per_host_outcomes_come_from_the_runner_stats(cluster: Path) -> None:
     (_state(cluster) / "fail-gpu002").touch()
     events: list[ProgressEvent] = []
-    result = provision(cluster, on_event=events.append)
+    result = _provision(cluster, on_event=events.append)
     rec = result.record
     assert rec.status == "failed"
     assert {h: o.state for h, o in rec.hosts.items()} == {
@@ -83,15 +103,15 @@ def test_per_host_outcomes_come_from_the_runner_stats(cluster: Path) -> None:
 def test_resume_reruns_only_the_failed_hosts(cluster: Path) -> None:
     marker = _state(cluster) / "fail-gpu002"
     marker.touch()
-    first = provision(cluster)
+    first = _provision(cluster)
     assert first.record.status == "failed"
     marker.unlink()
-    second = provision(cluster, resume=True)
+    second = _provision(cluster, resume=True)
     assert second.record.resumed_from == first.record.run_id
     assert second.record.limit == "gpu002"
     assert second.record.status == "successful"
     assert set(second.record.hosts) == {"gpu002"}
-    third = provision(cluster, resume=True)
+    third = _provision(cluster, resume=True)
     assert third.nothing_to_do
     assert third.record.run_id == second.record.run_id
 
@@ -108,13 +128,13 @@ def test_resume_after_a_killed_run_reruns_its_whole_target(cluster: Path) -> Non
     )
     write_record(runs, dead)
     assert read_record(runs).status == "interrupted"
-    result = provision(cluster, resume=True)
+    result = _provision(cluster, resume=True)
     assert result.record.limit == "gpu001,gpu002"
     assert set(result.record.hosts) == {"gpu001", "gpu002"}
 
 
 def test_the_secret_never_reaches_the_run_directory(cluster: Path) -> None:
-    result = provision(cluster)
+    result = _provision(cluster)
     assert result.record.status == "successful"
     leaks = [
         str(p)
@@ -135,13 +155,13 @@ def test_cancel_stops_the_run_and_records_it(cluster: Path) -> None:
         if event.kind == "task" and event.task.startswith("Wait while"):
             cancel.set()
 
-    result = provision(cluster, on_event=on_event, cancel=cancel)
+    result = _provision(cluster, on_event=on_event, cancel=cancel)
     assert result.record.status == "canceled"
     assert result.seconds < 30
     assert read_record(result.run_dir).status == "canceled"
     # a canceled run has no per-host outcome: --resume takes its whole target again
     (_state(cluster) / "block").unlink()
-    again = provision(cluster, resume=True)
+    again = _provision(cluster, resume=True)
     assert again.record.status == "successful"
     assert set(again.record.hosts) == {"ctl01", "gpu001", "gpu002"}
 
@@ -149,13 +169,13 @@ def test_cancel_stops_the_run_and_records_it(cluster: Path) -> None:
 def test_a_second_provision_on_the_same_cluster_is_refused(cluster: Path) -> None:
     state = cluster.parent / ".gpuctl"
     with runner._lock(state), pytest.raises(UsageError, match="another gpuctl provision"):
-        provision(cluster)
+        _provision(cluster)
 
 
 def test_missing_known_hosts_is_an_environment_problem(cluster: Path) -> None:
     (cluster.parent / "known_hosts").unlink()
     with pytest.raises(EnvironmentProblem, match=r"ssh\.known_hosts: .*known_hosts is missing"):
-        provision(cluster)
+        _provision(cluster)
 
 
 def test_limit_accepts_node_sets_and_ansible_patterns() -> None:
@@ -190,7 +210,7 @@ def test_cli_table_exit_code_and_logs(cluster: Path) -> None:
 
 
 def test_run_directory_is_private(cluster: Path) -> None:
-    result = provision(cluster)
+    result = _provision(cluster)
     assert os.stat(result.run_dir).st_mode & 0o077 == 0
 
 
@@ -199,7 +219,7 @@ def test_a_relative_state_dir_works_from_any_directory(
 ) -> None:
     """scripts/main.sh passes --state-dir out/lab-runs; Ansible runs in the playbooks folder."""
     monkeypatch.chdir(cluster.parent)
-    result = provision(cluster, state_dir=Path("runs-here"))
+    result = _provision(cluster, state_dir=Path("runs-here"))
     assert result.record.status == "successful", result.record.to_json()
     assert set(result.record.hosts) == {"ctl01", "gpu001", "gpu002"}
     assert result.run_dir.is_relative_to(cluster.parent / "runs-here")

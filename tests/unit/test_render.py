@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
+from helpers import ROOT
 
 from gpuctl.config import load_cluster, load_cluster_text
 from gpuctl.errors import RenderError
@@ -20,7 +21,6 @@ from gpuctl.render import MANIFEST, render_cluster, render_files
 from gpuctl.resources import templates_dir
 from gpuctl.starter import starter
 
-ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_EXAMPLE = ROOT / "inventories" / "hgx-h100-ndr.yml"
 GOLDEN_DIR = ROOT / "tests" / "golden" / "hgx-h100-ndr"
 BIN = Path(sys.executable).parent
@@ -226,7 +226,7 @@ def _vars_of(files: dict[str, str], path: str) -> dict[str, Any]:
 
 
 def test_roce_groups_get_the_fabric_qos_and_ib_fabrics_opensm_on_one_host() -> None:
-    roce = render_files(load_cluster(Path(__file__).parents[2] / "inventories" / "a100-roce.yml"))
+    roce = render_files(load_cluster(ROOT / "inventories" / "a100-roce.yml"))
     groups = [p for p in roce if p.startswith("group_vars/ng_")]
     with_qos = [_vars_of(roce, p) for p in groups if "roce_qos_devices" in _vars_of(roce, p)]
     assert with_qos, groups
@@ -257,7 +257,7 @@ def test_ipoib_network_too_small_is_an_error_not_a_clash() -> None:
 
 
 def test_relative_ssh_paths_are_relative_to_cluster_yml(tmp_path: Path) -> None:
-    text = (Path(__file__).parents[2] / "inventories" / "lab.yml").read_text()
+    text = (ROOT / "inventories" / "lab.yml").read_text()
     (tmp_path / "site").mkdir()
     path = tmp_path / "site" / "cluster.yml"
     path.write_text(text)  # private_key: .gpuctl/lab/id_ed25519, known_hosts: .gpuctl/lab/...
@@ -266,5 +266,5 @@ def test_relative_ssh_paths_are_relative_to_cluster_yml(tmp_path: Path) -> None:
     assert cluster.ssh.known_hosts == str(tmp_path / "site" / ".gpuctl/lab/known_hosts")
     inventory = render_files(cluster)["inventory.yml"]
     assert f"ansible_ssh_private_key_file: {tmp_path}/site/.gpuctl/lab/id_ed25519" in inventory
-    home = load_cluster(Path(__file__).parents[2] / "inventories" / "hgx-h100-ndr.yml")
+    home = load_cluster(ROOT / "inventories" / "hgx-h100-ndr.yml")
     assert home.ssh.private_key == "~/.ssh/id_ed25519"  # ssh expands ~ itself

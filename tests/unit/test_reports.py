@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import junitparser
 import pytest
+from helpers import require_tool, write_lab_cluster
 from typer.testing import CliRunner
 
 from gpuctl.cli.app import app
-from gpuctl.validation.reports import (
-    drain_reasons,
-    render_html,
-    render_junit,
-    render_prometheus,
-)
-from gpuctl.validation.reports.drain import REASON_MAX
+from gpuctl.validation.reports.drain import REASON_MAX, drain_reasons
+from gpuctl.validation.reports.html import render_html
+from gpuctl.validation.reports.junit import render_junit
+from gpuctl.validation.reports.prom import render_prometheus
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 
 
@@ -154,8 +151,7 @@ def test_junit_is_read_back_by_junitparser(tmp_path: Path) -> None:
 
 
 def test_prometheus_textfile_passes_promtool(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is missing: run scripts/bootstrap.sh --test (Debian prometheus)"
+    promtool = require_tool("promtool", "apt install prometheus")
     text = render_prometheus(_report())
     proc = subprocess.run(
         [promtool, "check", "metrics"], input=text, text=True, capture_output=True, check=False
@@ -182,8 +178,7 @@ def test_drain_reasons_are_short_single_lines_with_our_prefix() -> None:
 
 
 def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium is missing: run scripts/bootstrap.sh --test"
+    chromium = require_tool("chromium", "apt install chromium fonts-dejavu-core")
     html = render_html(_report())
     assert "<script" not in html
     assert "http" not in html.split("</style>", 1)[1]
@@ -253,15 +248,12 @@ def test_report_cli_writes_every_format(tmp_path: Path) -> None:
 def test_validate_never_writes_reports_through_a_planted_symlink(tmp_path: Path) -> None:
     from test_collect import FakeConnector, Sim
 
-    from gpuctl.starter import starter
-    from gpuctl.validation.collect import validate
+    from gpuctl.config import load_cluster
+    from gpuctl.validation.api import validate
 
-    cluster = tmp_path / "cluster.yml"
-    cluster.write_text(starter("lab", 2), encoding="utf-8")
-    (tmp_path / ".gpuctl" / "lab").mkdir(parents=True)
-    (tmp_path / ".gpuctl" / "lab" / "known_hosts").write_text("x ssh-ed25519 AAAA\n")
+    cluster = write_lab_cluster(tmp_path, 2)
     bundle = tmp_path / "bundle"
-    validate(cluster, level="quick", out=bundle, connector=FakeConnector(Sim()))
+    validate(load_cluster(cluster), level="quick", out=bundle, connector=FakeConnector(Sim()))
     out = tmp_path / "out"
     (out / "prom").mkdir(parents=True)
     victim = tmp_path / "victim"

@@ -18,15 +18,15 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
+from helpers import ROOT
 from test_roce_qos_script import Device, FakeHost, lines, render_conf
 
 from gpuctl.config import load_cluster, load_cluster_text
 from gpuctl.errors import ConfigError
 from gpuctl.render import render_files
 
-REPO = Path(__file__).resolve().parents[2]
-NCCL = REPO / "playbooks" / "roles" / "nccl"
-INVENTORIES = REPO / "inventories"
+NCCL = ROOT / "playbooks" / "roles" / "nccl"
+INVENTORIES = ROOT / "inventories"
 
 
 def _yaml(path: Path) -> Any:
@@ -142,7 +142,7 @@ def test_settings_carry_the_cnp_class() -> None:
     conf = render_conf(roce_qos_devices=["mlx5_0"], roce_qos_cnp_dscp=40, roce_qos_cnp_priority=5)
     assert 'ROCE_QOS_CNP_DSCP="40"' in conf.splitlines()
     assert 'ROCE_QOS_CNP_PRIORITY="5"' in conf.splitlines()
-    defaults = _yaml(REPO / "playbooks" / "roles" / "roce_qos" / "defaults" / "main.yml")
+    defaults = _yaml(ROOT / "playbooks" / "roles" / "roce_qos" / "defaults" / "main.yml")
     assert (defaults["roce_qos_cnp_dscp"], defaults["roce_qos_cnp_priority"]) == (48, 6)
     assert defaults["roce_qos_cnp_dscp"] >> 3 == defaults["roce_qos_cnp_priority"]
 

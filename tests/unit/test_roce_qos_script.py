@@ -28,8 +28,9 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
+from helpers import ROOT
 
-ROLE = Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "roce_qos"
+ROLE = ROOT / "playbooks" / "roles" / "roce_qos"
 SCRIPT = ROLE / "files" / "gpuctl-roce-qos"
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 

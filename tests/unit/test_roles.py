@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import ROOT
 
-ROLES_DIR = Path(__file__).resolve().parents[2] / "playbooks" / "roles"
+ROLES_DIR = ROOT / "playbooks" / "roles"
 ROLES = sorted(p for p in ROLES_DIR.iterdir() if p.is_dir()) if ROLES_DIR.is_dir() else []
 
 

@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from gpuctl.config import load_cluster
 from gpuctl.errors import UsageError
+from gpuctl.remote import ExecResult, Target, Unreachable
 from gpuctl.rollout.backend import BackendError
 from gpuctl.rollout.cluster import REMOTE_DIR, ClusterBackend, check_supported
 from gpuctl.rollout.model import Component, Restart
-from gpuctl.starter import starter
-from gpuctl.validation.collect import ExecResult, Target, Unreachable
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def body(path: Path) -> str:
@@ -100,11 +100,8 @@ class Connector:
         pass
 
 
-@pytest.fixture
-def cluster_yml(tmp_path: Path) -> Path:
-    path = tmp_path / "cluster.yml"
-    path.write_text(starter("lab", 2), encoding="utf-8")
-    return path
+# GPU nodes in the lab cluster's cluster_yml fixture (tests/conftest.py)
+LAB_NODES = 2
 
 
 def backend(cluster_yml: Path, script: Script, **kw: object) -> ClusterBackend:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuctl.rollout.backend import BackendError, SlurmNode, Versions
+from gpuctl.rollout.backend import BackendError, Versions
 from gpuctl.rollout.model import (
     RESTART_KIND,
     Action,
@@ -17,6 +17,7 @@ from gpuctl.rollout.model import (
     resolve_max_unavailable,
 )
 from gpuctl.rollout.plan import plan_rollout
+from gpuctl.slurm import SlurmNode
 
 IDLE = SlurmNode(frozenset({"IDLE"}))
 

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import ROOT
 
 from gpuctl.rollout import redfish
 from gpuctl.rollout.backend import BackendError, Versions
 from gpuctl.validation.capture import capture_output
 
-ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "rollout"
 USER = "admin"
 PASSWORD = "s3cr3t-Pa55w0rd"  # noqa: S105 - test value, checked never to leak

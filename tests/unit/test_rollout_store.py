@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import ROOT
 
-from gpuctl.rollout.backend import SlurmNode, Versions
+from gpuctl.rollout.backend import Versions
 from gpuctl.rollout.model import (
     AuditEvent,
     Component,
@@ -36,8 +37,8 @@ from gpuctl.rollout.store import (
     new_rollout_id,
     rollouts_root,
 )
+from gpuctl.slurm import SlurmNode
 
-ROOT = Path(__file__).resolve().parents[2]
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 

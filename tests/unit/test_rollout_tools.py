@@ -8,12 +8,12 @@ import stat
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from gpuctl.rollout import tools
 from gpuctl.rollout.backend import BackendError, Versions
 from gpuctl.validation.capture import capture_output
 
-ROOT = Path(__file__).resolve().parents[2]
 ROLLOUT = ROOT / "tests" / "fixtures" / "rollout"
 IB = ROOT / "tests" / "fixtures" / "ib"
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuctl.config.findings import RuleViolations, loc_to_str
 from gpuctl.config.loader import load_cluster_text
 from gpuctl.config.model import Cluster
-from gpuctl.config.rules import RuleViolations, loc_to_str
 from gpuctl.errors import ConfigError, Problem
 from gpuctl.starter import PROFILES, starter
 

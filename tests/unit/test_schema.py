@@ -9,12 +9,12 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from helpers import ROOT
 from typer.testing import CliRunner
 
 from gpuctl.cli.app import app
 from gpuctl.config.schema import json_schema
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "inventories").glob("*.yml"))
 
 

@@ -19,18 +19,17 @@ Each test pins one way the rendered files used to mislead Slurm:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from helpers import ROOT
 
 from gpuctl.config import load_cluster, load_cluster_text
 from gpuctl.errors import ConfigError, Problem
 from gpuctl.render import render_files
 from gpuctl.starter import PROFILES, starter
 
-ROOT = Path(__file__).resolve().parents[2]
 INVENTORIES = sorted((ROOT / "inventories").glob("*.yml"))
 TOPO = ROOT / "tests" / "fixtures" / "topo"
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import pytest
 import yaml
+from helpers import ROOT
 from playbook_run import ansible_playbook, run_local_play
 
 from gpuctl.acceptance import expect
@@ -29,7 +30,6 @@ from gpuctl.errors import ConfigError
 from gpuctl.render import render_files
 from gpuctl.starter import starter
 
-ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 ROLES = PLAYBOOKS / "roles"
 LAB_SOURCE = {

@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 import yaml
 from ClusterShell.NodeSet import NodeSet
+from helpers import ROOT
 
 from gpuctl.config import load_cluster_text
 from gpuctl.lab.sim import profiles
 from gpuctl.validation.parsing import parse
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import sshnodes  # noqa: E402
-import validate_quick_64 as bench  # noqa: E402
+import sshnodes
+import validate_quick_64 as bench
 
 LAB_NET = ipaddress.IPv4Network("198.18.0.0/24")
 BENCH_NET = ipaddress.IPv4Network("198.18.0.0/15")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,7 +159,7 @@ def gpu_vbios(profile: Profile, faults: Faults, gpu: Gpu, state_dir: str | None 
     """The VBIOS version GPU ``gpu`` runs: the ``firmware`` fault's (``gpuN=``, else ``gpu=``),
     else the one the lab's simulated BMC made run at the last power cycle (``gpu-firmware.json``
     in the state dir, ``{"gpus": {"<physical index>": "<version>"}}``, written by
-    gpuctl/lab/bmc.py), else the profile's. ``state_dir``: the directory of that file (default:
+    gpuctl/lab/sim/bmc/), else the profile's. ``state_dir``: the directory of that file (default:
     ``GPUCTL_SIM_STATE_DIR``, else faults.json's directory, /var/lib/gpuctl-lab-sim)."""
     import json
     import os
@@ -260,3 +261,29 @@ def read_state_file(directory: str, name: str) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     return data if isinstance(data, dict) else {}
+
+
+def write_state_file(directory: str, name: str, data: dict[str, Any]) -> None:
+    """Write a simulator's JSON state ``directory/name`` atomically (a reader never sees half a
+    file): the simulator's one writer. The stand-ins run on the lab nodes, where only this
+    package is installed (the lab copies gpuctl/lab/sim into them, not gpuctl), so they cannot
+    use gpuctl.fileio.write_atomic, the writer of everything else."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def recv_line(conn: socket.socket, size: int) -> bytes:
+    """What the other side sends up to and including its first newline (or until it closes),
+    read ``size`` bytes at a time."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(size)
+        if not chunk:
+            break
+        data += chunk
+    return data

@@ -35,13 +35,20 @@ naming the PSID it is built for and the version it carries (:func:`write_image` 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .common import Faults, Hca, Profile, hca_firmware_fault, hcas, read_state_file
+from .common import (
+    Faults,
+    Hca,
+    Profile,
+    hca_firmware_fault,
+    hcas,
+    read_state_file,
+    write_state_file,
+)
 
 DEFAULT_STATE_DIR = "/var/lib/gpuctl-lab-sim"
 STATE_FILE = "mft.json"
@@ -211,20 +218,13 @@ def _burned_state(profile: Profile, node: str, directory: str | None) -> dict[st
 
 def save_firmware_state(states: dict[str, Firmware], directory: str | None = None) -> None:
     """Record ``states`` as of this boot (atomically: a reader never sees half a file)."""
-    folder = directory or state_dir()
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, STATE_FILE)
     data = {
         "boot_id": boot_id(),
         "hcas": {
             name: {"running": fw.running, "flashed": fw.flashed} for name, fw in states.items()
         },
     }
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(tmp, path)
+    write_state_file(directory or state_dir(), STATE_FILE, data)
 
 
 def write_image(path: str, psid: str, version: str) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .common import Faults, Hca, Profile
+from .common import Faults, Hca, Profile, recv_line
 from .perf import WAITING, PerftestArgs, ToolFailure, ib_write_bw, peak_gbps, pick
 
 EXCHANGE_TIMEOUT = 30.0  # seconds to wait for the other side's line once connected
@@ -47,12 +47,7 @@ def _state(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> d
 
 
 def _read_line(conn: socket.socket) -> dict[str, Any]:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        data += chunk
+    data = recv_line(conn, 4096)
     value = json.loads(data.decode("utf-8")) if data.strip() else None
     if not isinstance(value, dict):
         raise ValueError("no device state from the other side")

@@ -36,11 +36,9 @@ Standard library only (runs inside lab nodes).
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 
-from .common import Faults, Profile, read_state_file
+from .common import Faults, Profile, read_state_file, write_state_file
 from .mft import ToolRun, state_dir
 
 STATE_FILE = "qos.json"
@@ -105,14 +103,7 @@ def port_state(state: dict[str, dict[str, object]], netdev: str) -> tuple[str, t
 
 def save_state(state: dict[str, dict[str, object]], directory: str | None = None) -> None:
     """Write ``state`` atomically (a reader never sees half a file)."""
-    folder = directory or state_dir()
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, STATE_FILE)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(state, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(tmp, path)
+    write_state_file(directory or state_dir(), STATE_FILE, state)
 
 
 def report(trust: str, pfc: Sequence[int]) -> str:

@@ -27,7 +27,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .common import Faults, Profile, digest, fabric_ok, hcas, nccl_factor, visible_gpus
+from .common import (
+    Faults,
+    Profile,
+    digest,
+    fabric_ok,
+    hcas,
+    nccl_factor,
+    recv_line,
+    visible_gpus,
+)
 
 BASE_PORT = 20_000
 PORTS = 10_000
@@ -156,13 +165,7 @@ def gather(job: Job, own: dict[str, Any]) -> list[dict[str, Any]]:
             with conn:
                 conn.settimeout(5.0)
                 try:
-                    data = b""
-                    while not data.endswith(b"\n"):
-                        chunk = conn.recv(65536)
-                        if not chunk:
-                            break
-                        data += chunk
-                    report = json.loads(data.decode("utf-8"))
+                    report = json.loads(recv_line(conn, 65536).decode("utf-8"))
                 except (OSError, ValueError):
                     continue
             if isinstance(report, dict) and isinstance(report.get("index"), int):

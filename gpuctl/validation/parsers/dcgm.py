@@ -517,7 +517,6 @@ def _parse_diag_json(text: str, start: int) -> ParseResult:
 @parser(
     DIAG,
     description="dcgmi diag -r N (text table or -j JSON): per-test, per-GPU results",
-    command=("dcgmi", "diag", "-r", "1"),
 )
 def parse_dcgm_diag(text: str) -> ParseResult:
     text = clean(text)
@@ -539,7 +538,6 @@ _LINK_STATES = {"U", "D", "X", "_"}
 @parser(
     NVLINK,
     description="dcgmi nvlink -s: NVLink link states (U/D/X/_) per GPU and NVSwitch",
-    command=("dcgmi", "nvlink", "-s"),
 )
 def parse_dcgm_nvlink(text: str) -> ParseResult:
     text = clean(text)

@@ -106,7 +106,6 @@ def _nvswitch_error(msg: str, timestamp: str | None) -> dict[str, Any] | None:
 @parser(
     KIND,
     description="Fabric Manager: systemctl status, its journal, or /var/log/fabricmanager.log",
-    command=("systemctl", "status", "nvidia-fabricmanager", "--no-pager", "-l"),
 )
 def parse_fabricmanager(text: str) -> ParseResult:
     lines = clean(text).split("\n")

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuctl.validation.numbers import looks_numeric, number, to_int
-from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
+from gpuctl.validation.parsing import LineProblems, ParseResult, clean, parser, unrecognised
 
 IBSTAT = "ibstat"
 IBSTATUS = "ibstatus"
@@ -46,32 +46,9 @@ MLXLINK = "mlxlink"
 _PLACEHOLDERS = frozenset(
     {"", "N/A", "n/a", "NA", "[N/A]", "[Not Supported]", "Unknown Error", "ERR!"}
 )
-_MAX_LINE_PROBLEMS = 5  # unrecognised lines named one by one; the rest are counted
 
 # ------------------------------------------------------------------------------------------
 # Shared helpers
-
-
-class _Problems:
-    """Problems in order, with unrecognised lines capped (a mangled paste can have hundreds)."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-        self._ignored = 0
-
-    def add(self, message: str) -> None:
-        self.items.append(message)
-
-    def line(self, where: str, line: str) -> None:
-        self._ignored += 1
-        if self._ignored <= _MAX_LINE_PROBLEMS:
-            self.items.append(f"{where}: unrecognised line ignored: {line.strip()[:120]!r}")
-
-    def result(self) -> tuple[str, ...]:
-        extra = self._ignored - _MAX_LINE_PROBLEMS
-        if extra > 0:
-            return (*self.items, f"{extra} more unrecognised line(s) ignored")
-        return tuple(self.items)
 
 
 def _split_kv(line: str) -> tuple[str, str] | None:
@@ -143,19 +120,19 @@ _IBSTAT_PORT_KEYS = tuple(k for k, _ in _IBSTAT_PORT.values())
 _IB_DIAG_MSG = re.compile(r"(?P<tag>ibpanic|iberror|ibwarn|ibstat)\s*:\s*(?P<msg>.*)")
 
 
-def _new_ca() -> dict[str, Any]:
-    ca: dict[str, Any] = dict.fromkeys(_IBSTAT_CA_KEYS)
-    ca["ports"] = {}
-    return ca
+def _new_adapter(keys: tuple[str, ...]) -> dict[str, Any]:
+    """An ibstat CA or ibv_devinfo HCA before its lines are read: every key None, no ports."""
+    adapter: dict[str, Any] = dict.fromkeys(keys)
+    adapter["ports"] = {}
+    return adapter
 
 
 @parser(
     IBSTAT,
     description="ibstat: InfiniBand CAs, firmware, GUIDs and per-port state, rate, lids",
-    command=("ibstat",),
 )
 def parse_ibstat(text: str) -> ParseResult:
-    problems = _Problems()
+    problems = LineProblems(ignored=True)
     cas: dict[str, dict[str, Any]] = {}
     errors: list[str] = []
     warnings: list[str] = []
@@ -182,7 +159,7 @@ def parse_ibstat(text: str) -> ParseResult:
                 problems.add("CA header with an empty name")
             if ca_name in cas:
                 problems.add(f"CA {ca_name!r} listed twice; the last block is kept")
-            cas[ca_name] = _new_ca()
+            cas[ca_name] = _new_adapter(_IBSTAT_CA_KEYS)
             continue
         m = re.fullmatch(r"Port\s+(?P<n>\d+)\s*:", line)
         if m is not None:
@@ -299,10 +276,9 @@ def _ibstatus_field(port: dict[str, Any], label: str, value: str) -> str | None:
 @parser(
     IBSTATUS,
     description="ibstatus: per-port GID, lids, state, physical state, rate, link layer",
-    command=("ibstatus",),
 )
 def parse_ibstatus(text: str) -> ParseResult:
-    problems = _Problems()
+    problems = LineProblems(ignored=True)
     cas: dict[str, dict[str, Any]] = {}
     errors: list[str] = []
     port: dict[str, Any] | None = None
@@ -457,19 +433,12 @@ def _devinfo_port_field(port: dict[str, Any], key: str, value: str) -> bool | No
     return port[key] is not None
 
 
-def _new_hca() -> dict[str, Any]:
-    hca: dict[str, Any] = dict.fromkeys(_HCA_KEYS)
-    hca["ports"] = {}
-    return hca
-
-
 @parser(
     IBV_DEVINFO,
     description="ibv_devinfo [-v]: HCAs (fw, GUIDs, part id) and per-port state, MTU, lids",
-    command=("ibv_devinfo",),
 )
 def parse_ibv_devinfo(text: str) -> ParseResult:
-    problems = _Problems()
+    problems = LineProblems(ignored=True)
     hcas: dict[str, dict[str, Any]] = {}
     errors: list[str] = []
     warnings: list[str] = []
@@ -490,7 +459,7 @@ def parse_ibv_devinfo(text: str) -> ParseResult:
             hca_name, port = m["name"], None
             if hca_name in hcas:
                 problems.add(f"hca {hca_name!r} listed twice; the last block is kept")
-            hcas[hca_name] = _new_hca()
+            hcas[hca_name] = _new_adapter(_HCA_KEYS)
             continue
         if _DEVINFO_ERROR.fullmatch(line):
             errors.append(line)
@@ -593,10 +562,9 @@ def _extra(rest: str) -> tuple[str | None, bool]:
 @parser(
     IBDEV2NETDEV,
     description="ibdev2netdev [-v]: RDMA device/port to net interface mapping and link state",
-    command=("ibdev2netdev",),
 )
 def parse_ibdev2netdev(text: str) -> ParseResult:
-    problems = _Problems()
+    problems = LineProblems(ignored=True)
     mappings: list[dict[str, Any]] = []
     for raw in clean(text).split("\n"):
         line = raw.strip()
@@ -700,10 +668,9 @@ def _mlxlink_value(key: str, value: str) -> tuple[Any, dict[str, Any] | None]:
 @parser(
     MLXLINK,
     description="mlxlink -m: transceiver module info (temperature, voltage, per-lane power)",
-    command=("mlxlink", "-d", "<device>", "-m"),
 )
 def parse_mlxlink(text: str) -> ParseResult:
-    problems = _Problems()
+    problems = LineProblems(ignored=True)
     sections: dict[str, dict[str, Any]] = {}
     module: dict[str, Any] | None = None
     errors: list[str] = []

@@ -146,7 +146,6 @@ def _sxid_event(m: re.Match[str], timestamp: str | None) -> dict[str, Any] | Non
 @parser(
     KIND,
     description="Kernel log: NVRM Xid events, GPUs fallen off the bus, NVSwitch SXid events",
-    command=("dmesg", "--time-format", "iso"),
 )
 def parse_xid(text: str) -> ParseResult:
     lines = clean(text).split("\n")

@@ -158,7 +158,6 @@ def _is_table_header(line: str) -> bool:
 @parser(
     KIND,
     description="nccl-tests (all_reduce_perf, all_gather_perf, ...): per-size table and trailer",
-    command=("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
 )
 def parse_nccl(text: str) -> ParseResult:
     data: dict[str, Any] = {

@@ -521,7 +521,6 @@ class _Table:
 @parser(
     "smi-table",
     description="nvidia-smi default table: versions, per-GPU state, MIG devices, processes",
-    command=("nvidia-smi",),
 )
 def parse_smi_table(text: str) -> ParseResult:
     kind = "smi-table"
@@ -549,7 +548,6 @@ _LINK_SPEED = re.compile(r"(\d+(?:\.\d+)?)\s*GB/s")
 @parser(
     "nvlink",
     description="nvidia-smi nvlink -s: per GPU, each NVLink's speed or <inactive>",
-    command=("nvidia-smi", "nvlink", "-s"),
 )
 def parse_nvlink(text: str) -> ParseResult:
     kind = "nvlink"
@@ -640,7 +638,6 @@ _MIG_LINE = re.compile(r"MIG\s+(\S+)\s+Device\s+(\d+):\s*\(UUID:\s*([^)]*?)\s*\)
 @parser(
     "smi-list",
     description="nvidia-smi -L: GPUs with name and UUID, and their MIG devices",
-    command=("nvidia-smi", "-L"),
 )
 def parse_smi_list(text: str) -> ParseResult:
     kind = "smi-list"
@@ -706,7 +703,6 @@ _ANY_BUS = re.compile(_BUS_ID)
 @parser(
     "smi-reset",
     description="nvidia-smi -r / --gpu-reset: which GPUs were reset and why others were not",
-    command=("nvidia-smi", "--gpu-reset"),
 )
 def parse_smi_reset(text: str) -> ParseResult:
     kind = "smi-reset"

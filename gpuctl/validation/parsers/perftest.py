@@ -245,7 +245,6 @@ _BLOCK_STARTER = re.compile(r"BW peak won't be measured", re.IGNORECASE)
 @parser(
     KIND,
     description="perftest ib_write_bw/ib_read_bw/ib_send_bw and *_lat: result rows per block",
-    command=("ib_write_bw", "--report_gbits", "<server>"),
 )
 def parse_perftest(text: str) -> ParseResult:
     empty: dict[str, Any] = {

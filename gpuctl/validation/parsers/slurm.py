@@ -246,7 +246,6 @@ def _parse_custom(
 @parser(
     SINFO,
     description="sinfo: partitions/nodes and their states (default, -R, custom -o/-O formats)",
-    command=("sinfo",),
 )
 def parse_sinfo(text: str) -> ParseResult:
     text = clean(text).replace("\t", " ")
@@ -407,7 +406,6 @@ def _node_record(pairs: list[tuple[str, str]], problems: list[str]) -> dict[str,
 @parser(
     SCONTROL_NODE,
     description="scontrol show node: per-node key=value fields, state flags, GRES, reason",
-    command=("scontrol", "show", "node"),
 )
 def parse_scontrol_node(text: str) -> ParseResult:
     text = clean(text)
@@ -468,7 +466,6 @@ def uptime_seconds(text: str | None) -> int | None:
 @parser(
     SLURMD_CONF,
     description="slurmd -C: the node's detected hardware as a slurm.conf NodeName line",
-    command=("slurmd", "-C"),
 )
 def parse_slurmd_conf(text: str) -> ParseResult:
     text = clean(text)

@@ -275,7 +275,6 @@ def _topo_data(
 @parser(
     TOPO,
     description="nvidia-smi topo -m: GPU/NIC link matrix, CPU/NUMA affinity, legends",
-    command=("nvidia-smi", "topo", "-m"),
 )
 def parse_topo(text: str) -> ParseResult:
     body = clean(text)
@@ -439,7 +438,6 @@ def _is_p2p_header(line: str) -> bool:
 @parser(
     P2P,
     description="nvidia-smi topo -p2p r|w|rw|n|a: GPU peer-to-peer capability matrix",
-    command=("nvidia-smi", "topo", "-p2p", "r"),
 )
 def parse_topo_p2p(text: str) -> ParseResult:
     body = clean(text)

@@ -2,7 +2,8 @@
 
 Sections: summary, per-node status grid (nodes x check groups), NVLink/PCIe topology heatmaps,
 NCCL bus bandwidth against message size, per-HCA ib_write_bw bars, then every failed or unknown
-check with its evidence. Chart data comes from ``report.extra``:
+check with its evidence. Chart data comes from ``report.extra`` (built by
+:mod:`gpuctl.validation.reports.charts` while judging):
 
 - ``topology``: node -> {"devices": [...], "links": {a: {b: token}}}
 - ``nccl``: node -> [[size_bytes, busbw_gbs], ...] (+ ``nccl_threshold``: GB/s)

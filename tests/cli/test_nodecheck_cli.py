@@ -24,13 +24,6 @@ APPS = {"gpuctl": (full_app, ["node-check"]), "gpuctl-node-check": (nodecheck_ma
 
 
 @pytest.fixture
-def cluster_yml(tmp_path: Path) -> Path:
-    path = tmp_path / "cluster.yml"
-    path.write_text(starter("lab", 3), encoding="utf-8")
-    return path
-
-
-@pytest.fixture
 def node(monkeypatch: pytest.MonkeyPatch) -> dict[str, FakeNode]:
     """The CLI's node_check, answering from ``state["node"]`` instead of real commands."""
     state: dict[str, FakeNode] = {"node": FakeNode()}
@@ -72,7 +65,7 @@ def test_a_failing_node_exits_1_and_says_what_it_drained(
 def test_scontrol_missing_exits_1_with_the_error(
     which: str, cluster_yml: Path, node: dict[str, FakeNode]
 ) -> None:
-    from gpuctl.validation.collect import ExecResult
+    from gpuctl.remote import ExecResult
 
     node["node"] = FakeNode(scontrol=ExecResult(stderr=b"scontrol: not found\n", rc=127))
     res = invoke(which, "--cluster", str(cluster_yml), "--node", NODE)

@@ -17,27 +17,21 @@ from typer.testing import CliRunner
 from gpuctl.cli import validate_cmd
 from gpuctl.cli.app import app
 from gpuctl.config import load_cluster
-from gpuctl.starter import starter
-from gpuctl.validation import slurm
-from gpuctl.validation.collect import validate
+from gpuctl.validation import api, slurm
+from gpuctl.validation.api import validate
 from gpuctl.validation.reports.drain import PREFIX
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 
 runner = CliRunner()
 
 
-@pytest.fixture
-def cluster_yml(tmp_path: Path) -> Path:
-    path = tmp_path / "cluster.yml"
-    path.write_text(starter("lab", 2), encoding="utf-8")
-    (tmp_path / ".gpuctl" / "lab").mkdir(parents=True)
-    (tmp_path / ".gpuctl" / "lab" / "known_hosts").write_text("x ssh-ed25519 AAAA\n")
-    return path
+# GPU nodes in the lab cluster's cluster_yml fixture (tests/conftest.py)
+LAB_NODES = 2
 
 
 def _bundle(cluster_yml: Path, name: str, sim: Sim, **kw: Any) -> Path:
     out = cluster_yml.parent / name
-    validate(cluster_yml, level="quick", out=out, connector=FakeConnector(sim), **kw)
+    validate(load_cluster(cluster_yml), level="quick", out=out, connector=FakeConnector(sim), **kw)
     return out
 
 
@@ -204,7 +198,7 @@ def live(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         return validate(*args, connector=state["connector"], **kw)
 
     def fake_drain(*args: Any, **kw: Any) -> Any:
-        return slurm.drain_failed(*args, connector=state["connector"], **kw)
+        return api.drain_failed(*args, connector=state["connector"], **kw)
 
     monkeypatch.setattr(validate_cmd, "validate", fake_validate)
     monkeypatch.setattr(validate_cmd, "drain_failed", fake_drain)
@@ -353,7 +347,7 @@ def test_drain_failed_reads_slurm_before_changing_anything(cluster_yml: Path) ->
     model = Slurm({"gpu001": ("IDLE", None)})
     conn = FakeConnector(model)
     report = ValidationReport("lab", "quick", (_node("gpu001", Verdict.FAIL),))
-    got = slurm.drain_failed(cluster_yml, report, connector=conn)
+    got = api.drain_failed(load_cluster(cluster_yml), report, connector=conn)
     assert not got.failed
     commands = [c for n, c in conn.log if n == "ctl01"]
     assert "scontrol show node" in commands[0]

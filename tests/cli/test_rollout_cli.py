@@ -14,18 +14,10 @@ from gpuctl.cli.app import app
 from gpuctl.rollout import run as rollout_run
 from gpuctl.rollout.model import Component
 from gpuctl.rollout.store import cluster_lock
-from gpuctl.starter import starter
 
 runner = CliRunner()
 NODES = ("gpu001", "gpu002", "gpu003")
 TARGET = "2.0"
-
-
-@pytest.fixture
-def cluster_yml(tmp_path: Path) -> Path:
-    path = tmp_path / "cluster.yml"
-    path.write_text(starter("lab", 3), encoding="utf-8")
-    return path
 
 
 @pytest.fixture

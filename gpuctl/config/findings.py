@@ -1,0 +1,29 @@
+"""Where a problem sits in cluster.yml (a path of keys and indexes) and the error that carries
+located findings from the rules to the loader, which turns each path into a line and column."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuctl.errors import ConfigError, Problem
+
+Loc = tuple[str | int, ...]
+
+
+def loc_to_str(loc: Sequence[str | int]) -> str:
+    """``("node_groups", 1, "gpus")`` -> ``node_groups[1].gpus``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+class RuleViolations(ConfigError):
+    """Cross-field rules failed; ``locs`` keeps each problem's path as a tuple."""
+
+    def __init__(self, findings: Sequence[tuple[Loc, str]]) -> None:
+        self.findings: tuple[tuple[Loc, str], ...] = tuple(findings)
+        super().__init__([Problem(message=m, path=loc_to_str(loc)) for loc, m in self.findings])

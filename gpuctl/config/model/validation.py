@@ -1,0 +1,131 @@
+"""Validation settings: levels, thresholds (cluster-wide and per group) and multi-node runs."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from gpuctl.config.types import Percent, StrictModel
+
+
+class Level(StrEnum):
+    QUICK = "quick"
+    STANDARD = "standard"
+    LONG = "long"
+
+
+class Thresholds(StrictModel):
+    """Validation thresholds; unset values are inherited.
+
+    Resolution, last wins: gpuctl defaults (data/health.yml), the group's GPU model
+    (data/gpu_models.yml), the group's fabric rate (data/fabrics.yml), `validation.thresholds`,
+    `node_groups[].validation.thresholds`. ECC and row-remap limits count per GPU.
+    """
+
+    nccl_all_reduce_busbw_gbs: float | None = Field(
+        None, gt=0, description="Minimum single-node all_reduce bus bandwidth, GB/s."
+    )
+    nccl_multinode_busbw_gbs: float | None = Field(
+        None, gt=0, description="Minimum multi-node all_reduce bus bandwidth, GB/s."
+    )
+    ib_write_bw_gbps: Annotated[float, Field(gt=0)] | Percent | None = Field(
+        None,
+        description="Minimum ib_write_bw per adapter: Gb/s, or a share of the port's line rate "
+        '("90%").',
+    )
+    ib_write_lat_p99_us: float | None = Field(
+        None, gt=0, description="Maximum ib_write_lat 99th percentile, microseconds."
+    )
+    pcie_h2d_gbs: float | None = Field(
+        None, gt=0, description="Minimum host-to-device copy bandwidth per GPU, GB/s."
+    )
+    pcie_d2h_gbs: float | None = Field(
+        None, gt=0, description="Minimum device-to-host copy bandwidth per GPU, GB/s."
+    )
+    fleet_relative_min: float | None = Field(
+        None, gt=0, le=1, description="Fail a node below this fraction of the fleet median."
+    )
+    remapped_rows_pending_max: int | None = Field(
+        None, ge=0, description="Most GPU rows pending remap."
+    )
+    remapped_rows_failure_max: int | None = Field(None, ge=0, description="Most failed row remaps.")
+    sram_uncorrectable_max: int | None = Field(
+        None, ge=0, description="Most SRAM uncorrectable ECC errors."
+    )
+    sram_correctable_max: int | None = Field(
+        None, ge=0, description="Most SRAM correctable ECC errors."
+    )
+    dram_correctable_max: int | None = Field(
+        None, ge=0, description="Most DRAM correctable ECC errors."
+    )
+    xid_fatal: list[int] | None = Field(
+        None, description="XID codes that fail a node (replaces the default list)."
+    )
+    ib_link_flaps_max: int | None = Field(
+        None, ge=0, description="Most link-down events per adapter in 24 h."
+    )
+
+
+class GroupValidation(StrictModel):
+    """Validation settings for one node group."""
+
+    level: Level | None = Field(None, description="Default check level; null = the cluster's.")
+    thresholds: Thresholds = Field(
+        default_factory=lambda: Thresholds(), description="Overrides for this group."
+    )
+
+
+class Multinode(StrictModel):
+    """Multi-node nccl-tests at the `long` level: how `srun` starts them (docs/validate.md)."""
+
+    mpi: Literal["pmix", "pmi2", "none"] = Field(
+        "pmix",
+        description="`srun --mpi=` plugin; nccl-tests built with Open MPI needs `pmix` (the "
+        "compute nodes then need the PMIx library; the slurm_node role installs it).",
+    )
+    partition: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")] | None = Field(
+        None, description="`srun --partition=`; null = Slurm's default partition."
+    )
+    reservation: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")] | None = Field(
+        None, description="`srun --reservation=`, e.g. a maintenance reservation of the nodes."
+    )
+    rank_per: Literal["gpu", "node"] = Field(
+        "gpu",
+        description="`gpu`: one rank per GPU (`--ntasks-per-node=<GPUs>`, `-g 1`); `node`: one "
+        "rank per node driving all its GPUs (`--ntasks-per-node=1`, `-g <GPUs>`), for nodes "
+        "Slurm gives fewer CPUs than GPUs.",
+    )
+    launch_node: str | None = Field(
+        None,
+        min_length=1,
+        description="Node gpuctl runs `srun` on (over SSH): a login node or any node with the "
+        "Slurm client, munge and, for `pmix`, the PMIx library; null = `slurm.controller`.",
+    )
+    max_runs: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Most runs per node group, the first included; null = 3 x log2(nodes) + 4 "
+        "(enough to locate and confirm two slow nodes).",
+    )
+
+
+class Validation(StrictModel):
+    """Cluster-wide validation settings."""
+
+    level: Level = Field(Level.STANDARD, description="Default check level.")
+    unknown_is_failure: bool = Field(
+        True,
+        description="A check that could not run or be read (UNKNOWN) fails its node; set false "
+        "only to report UNKNOWN without failing (never counted as a pass).",
+    )
+    thresholds: Thresholds = Field(
+        default_factory=lambda: Thresholds(),
+        description="Overrides for every group (group overrides win).",
+    )
+    multinode: Multinode = Field(
+        default_factory=lambda: Multinode(),
+        description="Multi-node nccl-tests through Slurm (`long` level).",
+    )

@@ -1,0 +1,195 @@
+"""Rules on fabrics: kinds and rates, RoCE QoS, adapters on fabrics, and each switch tree."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gpuctl.config.facts import allowed_rates
+from gpuctl.config.findings import Loc
+from gpuctl.config.nodesets import expand
+from gpuctl.config.rules.common import choices, dupes, fold
+
+if TYPE_CHECKING:
+    from gpuctl.config.model import Cluster
+
+
+def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, str]]) -> None:
+    dupes(
+        ((f.name, ("fabrics", i, "name")) for i, f in enumerate(cluster.fabrics)),
+        "fabric name",
+        out,
+    )
+    by_name = {f.name: f for f in cluster.fabrics}
+    for i, fab in enumerate(cluster.fabrics):
+        base: Loc = ("fabrics", i)
+        if fab.kind.value == "infiniband":
+            if fab.generation is None:
+                out.append(
+                    (
+                        (*base, "generation"),
+                        "InfiniBand fabrics need a generation (edr, hdr, ndr or xdr)",
+                    )
+                )
+            if fab.qos is not None:
+                out.append(((*base, "qos"), "qos (PFC/ECN/DSCP) applies to RoCE fabrics only"))
+        else:
+            if fab.generation is not None:
+                out.append(
+                    (
+                        (*base, "generation"),
+                        "generation is for InfiniBand; RoCE fabrics give rate_gbps",
+                    )
+                )
+            if fab.rate_gbps is None:
+                out.append(((*base, "rate_gbps"), "RoCE fabrics need rate_gbps (100, 200 or 400)"))
+            for key in ("subnet_manager", "ipoib"):
+                if getattr(fab, key) is not None:
+                    out.append(((*base, key), f"{key} applies to InfiniBand fabrics only"))
+            # With trust dscp the NIC maps DSCP to priority by its default table, dscp >> 3
+            # (26 -> 3); NCCL (NCCL_IB_TC) and RDMA-CM send with qos.dscp, and only
+            # qos.pfc_priority is lossless
+            qos = fab.qos
+            if qos is not None and qos.trust == "dscp" and qos.dscp >> 3 != qos.pfc_priority:
+                out.append(
+                    (
+                        (*base, "qos", "dscp"),
+                        f"dscp {qos.dscp} maps to priority {qos.dscp >> 3} (the default "
+                        f"DSCP-to-priority map is dscp >> 3), not pfc_priority "
+                        f"{qos.pfc_priority}: RoCE traffic would ride a lossy class; pick a dscp "
+                        f"from {qos.pfc_priority * 8} to {qos.pfc_priority * 8 + 7}",
+                    )
+                )
+        allowed = allowed_rates(fab)
+        if fab.rate_gbps is not None and allowed and fab.rate_gbps not in allowed:
+            kind = fab.generation.value.upper() if fab.generation else "RoCE"
+            out.append(
+                (
+                    (*base, "rate_gbps"),
+                    f"{kind} runs at {_rates(allowed)} Gb/s, not {fab.rate_gbps}",
+                )
+            )
+        if fab.topology is not None:
+            _topology(cluster, i, nodes, out)
+
+    users: dict[str, set[str]] = {f.name: set() for f in cluster.fabrics}
+    for gi, group in enumerate(cluster.node_groups):
+        seen_devices: list[tuple[str, Loc]] = []
+        for ni, nic in enumerate(group.nics):
+            loc: Loc = ("node_groups", gi, "nics", ni)
+            for dev in expand(nic.devices):
+                seen_devices.append((dev, (*loc, "devices")))
+            nic_fab = by_name.get(nic.fabric)
+            if nic_fab is None:
+                out.append(
+                    (
+                        (*loc, "fabric"),
+                        f"no fabric named {nic.fabric!r} in fabrics" + choices(by_name),
+                    )
+                )
+                continue
+            users[nic_fab.name].update(group.node_names())
+            allowed = allowed_rates(nic_fab)
+            if nic.rate_gbps is not None and allowed and nic.rate_gbps not in allowed:
+                out.append(
+                    (
+                        (*loc, "rate_gbps"),
+                        f"fabric {nic_fab.name} ({nic_fab.kind.value}) runs at "
+                        f"{_rates(allowed)} Gb/s, "
+                        f"not {nic.rate_gbps}",
+                    )
+                )
+        dupes(seen_devices, "device", out)
+
+    for i, fab in enumerate(cluster.fabrics):
+        topo = fab.topology
+        if topo is None:
+            continue
+        on_leaf: set[str] = set()
+        for leaf in topo.leaves:
+            on_leaf.update(expand(leaf.nodes))
+        missing = sorted(users[fab.name] - on_leaf)
+        if missing:
+            out.append(
+                (
+                    ("fabrics", i, "topology", "leaves"),
+                    f"{fold(missing)} have adapters on {fab.name} but hang off no leaf",
+                )
+            )
+        for li, leaf in enumerate(topo.leaves):
+            strays = [n for n in expand(leaf.nodes) if n in nodes and n not in users[fab.name]]
+            if strays:
+                out.append(
+                    (
+                        ("fabrics", i, "topology", "leaves", li, "nodes"),
+                        f"{fold(strays)} hang off {leaf.name} but have no adapter on {fab.name}",
+                    )
+                )
+
+
+def _rates(rates: Sequence[int]) -> str:
+    return " or ".join(str(r) for r in rates)
+
+
+def _topology(cluster: Cluster, fi: int, nodes: dict[str, int], out: list[tuple[Loc, str]]) -> None:
+    fab = cluster.fabrics[fi]
+    topo = fab.topology
+    assert topo is not None  # noqa: S101 - caller checked
+    base: Loc = ("fabrics", fi, "topology")
+    names: list[tuple[str, Loc]] = [
+        (leaf.name, (*base, "leaves", i, "name")) for i, leaf in enumerate(topo.leaves)
+    ] + [(sp.name, (*base, "spines", i, "name")) for i, sp in enumerate(topo.spines)]
+    dupes(names, "switch name", out)
+    leaf_of: dict[str, str] = {}
+    for li, leaf in enumerate(topo.leaves):
+        loc: Loc = (*base, "leaves", li, "nodes")
+        unknown = [n for n in expand(leaf.nodes) if n not in nodes]
+        if unknown:
+            out.append((loc, f"{fold(unknown)} not defined in any node group"))
+        twice = [n for n in expand(leaf.nodes) if n in leaf_of]
+        for n in twice:
+            out.append((loc, f"{n} already hangs off {leaf_of[n]}; a node connects to one leaf"))
+        for n in expand(leaf.nodes):
+            leaf_of.setdefault(n, leaf.name)
+
+    switch_names = {leaf.name for leaf in topo.leaves} | {sp.name for sp in topo.spines}
+    children: dict[str, list[str]] = {}
+    for si, sp in enumerate(topo.spines):
+        loc = (*base, "spines", si, "switches")
+        below = expand(sp.switches)
+        unknown = [s for s in below if s not in switch_names]
+        if unknown:
+            out.append((loc, f"{fold(unknown)} not defined as leaves or spines of {fab.name}"))
+        if sp.name in below:
+            out.append((loc, f"{sp.name} lists itself"))
+        children[sp.name] = [s for s in below if s in switch_names and s != sp.name]
+
+    # cycles and a common root: Slurm cannot place a job across switches with no common parent
+    parents: dict[str, set[str]] = {}
+    for parent, kids in children.items():
+        for kid in kids:
+            parents.setdefault(kid, set()).add(parent)
+    state: dict[str, int] = {}
+
+    def visit(sw: str) -> bool:
+        if state.get(sw) == 1:
+            return False
+        if state.get(sw) == 2:
+            return True
+        state[sw] = 1
+        ok = all(visit(k) for k in children.get(sw, []))
+        state[sw] = 2
+        return ok
+
+    if not all(visit(sw) for sw in sorted(children)):
+        out.append(((*base, "spines"), "the switch tree has a cycle"))
+        return
+    roots = sorted(s for s in switch_names if s not in parents)
+    if len(roots) > 1:
+        out.append(
+            (
+                (*base, "spines") if topo.spines else (*base, "leaves"),
+                f"switches {', '.join(roots)} have no common spine; Slurm could not place a job "
+                "across them (add a spine that connects them)",
+            )
+        )

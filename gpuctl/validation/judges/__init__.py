@@ -1,0 +1,36 @@
+"""Judges: parsed tool output + what cluster.yml expects -> CheckResults.
+
+One module per check family; each node judge declares itself with the probe kinds it reads
+(:func:`gpuctl.validation.judges.base.node_judge`) and applies to a node where a probe of such
+a kind runs (the probe table, :mod:`gpuctl.validation.probes`). :data:`NODE_JUDGES` is the
+registry :func:`gpuctl.validation.suite.judge_node` runs, each judge called the same way
+(the node's expectation and its :class:`~gpuctl.validation.judges.base.Evidence`); its order
+is the order of a node's results in every report. The fleet-relative judge
+(:mod:`gpuctl.validation.judges.fleet`) runs once over every node's results.
+"""
+
+from __future__ import annotations
+
+from gpuctl.validation.judges import (
+    dcgm,
+    fabric_manager,
+    gpus,
+    infiniband,
+    nccl,
+    nvlink,
+    topology,
+    xid,
+)
+from gpuctl.validation.judges.base import Judge
+
+NODE_JUDGES: tuple[Judge, ...] = (
+    gpus.judge_gpus,
+    topology.judge_topology,
+    nccl.judge_nccl,
+    infiniband.judge_ib_ports,
+    xid.judge_xid_in_window,
+    fabric_manager.judge_fabric_manager,
+    dcgm.judge_dcgm,
+    nvlink.judge_nvlink_status,
+    infiniband.judge_ib_write_bw_pairs,
+)

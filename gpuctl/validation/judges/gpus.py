@@ -1,0 +1,289 @@
+"""GPUs (``nvidia-smi -q -x``): inventory, driver, ECC and row remapping, PCIe link, clocks,
+fabric state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.judges.base import Outputs, finding, listed_twice, node_judge, usable_parse
+from gpuctl.validation.plausible import (
+    finite,
+    first_seen,
+    id_value,
+    not_finite,
+    show_number,
+)
+from gpuctl.validation.results import CheckResult, Verdict
+
+# Clock event reasons that are normal (Azure's health checks warn on the others).
+_BENIGN_CLOCK_REASONS = {
+    "idle",
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "display_clock_setting",
+    "display_clocks_setting",
+}
+
+
+@node_judge("smi-xml", "smi-q")
+def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    """Every GPU of the node (nvidia-smi XML, else its text form); the kernel log names the
+    GPUs a short count is missing."""
+    result, unknown = usable_parse(exp, outputs, ["smi-xml", "smi-q"], "gpu")
+    if result is None:
+        return unknown
+    data = result.data
+    out = list(unknown)
+    gpus: list[dict[str, Any]] = list(data.get("gpus") or [])
+    repeats = first_seen(gpus, _GPU_IDS)
+    out += listed_twice(exp, gpus, repeats, tail="; counted once", by_position=True)
+    distinct = [g for i, g in enumerate(gpus) if i not in repeats]
+    twice = f" ({len(repeats)} listed twice, not counted)" if repeats else ""
+    if len(distinct) != exp.gpu_count:
+        lost = _lost_gpus(distinct, outputs) if len(distinct) < exp.gpu_count else []
+        out.append(
+            finding(
+                exp,
+                "gpu.count",
+                Verdict.FAIL,
+                f"{len(distinct)} GPUs visible, expected {exp.gpu_count}{twice}"
+                + (f"; missing: {', '.join(lost)} (fallen off the bus)" if lost else ""),
+                measured=len(distinct),
+                expected=exp.gpu_count,
+            )
+        )
+    else:
+        out.append(
+            finding(
+                exp,
+                "gpu.count",
+                Verdict.OK,
+                f"{len(distinct)} GPUs",
+                measured=len(distinct),
+                expected=exp.gpu_count,
+            )
+        )
+    driver = data.get("driver_version")
+    if exp.driver_version is not None:
+        if driver is None:
+            out.append(finding(exp, "gpu.driver", Verdict.UNKNOWN, "driver version not shown"))
+        else:
+            ok = driver == exp.driver_version
+            out.append(
+                finding(
+                    exp,
+                    "gpu.driver",
+                    Verdict.OK if ok else Verdict.FAIL,
+                    f"driver {driver}" + ("" if ok else f", expected {exp.driver_version}"),
+                    measured=driver,
+                    expected=exp.driver_version,
+                )
+            )
+    th = exp.thresholds
+    for i, gpu in enumerate(gpus):
+        subject = f"GPU{gpu.get('index', i)}"
+        out += _judge_one_gpu(exp, gpu, subject, th)
+    return out
+
+
+def _pci_key(address: Any) -> str | None:
+    """``00000000:5D:00.0`` and ``0000:5d:00`` -> ``0:5d:00`` (domain, bus, device)."""
+    parts = str(address or "").lower().split(".")[0].split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        return f"{int(parts[0], 16):x}:{parts[1]}:{parts[2]}"
+    except ValueError:
+        return None
+
+
+# What tells two GPUs in one node's nvidia-smi output apart: a second GPU with any of these
+# equal to an earlier one's is the same GPU listed twice.
+_GPU_IDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("uuid", "UUID", id_value),
+    ("pci_bus_id", "PCI bus id", _pci_key),
+    ("minor_number", "minor number", id_value),
+    ("index", "index", id_value),
+)
+
+
+def _lost_gpus(gpus: Sequence[dict[str, Any]], outputs: Outputs) -> list[str]:
+    """PCI addresses of GPUs the kernel log says fell off the bus and nvidia-smi no longer
+    lists: the GPUs a short count is missing (names them, when the log does)."""
+    xid = outputs.get("xid")
+    if xid is None or xid.failure() is not None or not xid.parse_as("xid").recognised:
+        return []
+    visible = {_pci_key(g.get("pci_bus_id")) for g in gpus}
+    lost = [str(f.get("pci")) for f in xid.parse_as("xid").data.get("fallen_off_bus") or []]
+    return [pci for pci in lost if _pci_key(pci) is not None and _pci_key(pci) not in visible]
+
+
+def _judge_one_gpu(
+    exp: NodeExpectation, gpu: dict[str, Any], subject: str, th: dict[str, Any]
+) -> list[CheckResult]:
+    out: list[CheckResult] = []
+    name = gpu.get("name")
+    if exp.product_name is not None and name != exp.product_name:
+        out.append(
+            finding(
+                exp,
+                "gpu.model",
+                Verdict.FAIL,
+                f"{name}, expected {exp.product_name}",
+                subject=subject,
+                measured=name,
+                expected=exp.product_name,
+            )
+        )
+    # row remapping (Ampere and later)
+    remap = gpu.get("remapped_rows") or {}
+    if remap:
+        if remap.get("failure") is True:
+            out.append(
+                finding(
+                    exp,
+                    "gpu.remap",
+                    Verdict.FAIL,
+                    "row remapping failed: replace the GPU",
+                    subject=subject,
+                    measured="failure",
+                    expected="none",
+                )
+            )
+        elif remap.get("pending") is True and (th.get("remapped_rows_pending_max") or 0) == 0:
+            out.append(
+                finding(
+                    exp,
+                    "gpu.remap",
+                    Verdict.FAIL,
+                    "row remapping pending: reset the GPU",
+                    subject=subject,
+                    measured="pending",
+                    expected="none",
+                )
+            )
+        elif remap.get("pending") is None and remap.get("failure") is None:
+            out.append(
+                finding(
+                    exp, "gpu.remap", Verdict.UNKNOWN, "remapped rows not readable", subject=subject
+                )
+            )
+    # ECC counters, aggregate where the driver keeps them
+    ecc = gpu.get("ecc") or {}
+    counters = ecc.get("aggregate") or ecc.get("volatile") or {}
+    for key, limit_key in (
+        ("sram_uncorrectable", "sram_uncorrectable_max"),
+        ("sram_correctable", "sram_correctable_max"),
+        ("dram_correctable", "dram_correctable_max"),
+    ):
+        raw = counters.get(key)
+        if not_finite(raw):
+            out.append(
+                finding(
+                    exp,
+                    f"gpu.ecc.{key}",
+                    Verdict.FAIL,
+                    f"{key} ({show_number(raw)}) is not a finite number: no counter reads that",
+                    subject=subject,
+                    expected=finite(th.get(limit_key)),
+                )
+            )
+            continue
+        value = finite(raw)
+        limit = finite(th.get(limit_key))
+        if value is None or limit is None:
+            continue
+        if value > limit:
+            out.append(
+                finding(
+                    exp,
+                    f"gpu.ecc.{key}",
+                    Verdict.FAIL,
+                    f"{key} {value:g} > {limit:g}",
+                    subject=subject,
+                    measured=value,
+                    expected=limit,
+                    source=exp.sources.get(limit_key),
+                )
+            )
+    # PCIe link: judged against what the link can negotiate, not the spec sheet; the current
+    # generation drops at idle (power saving), so only the width and the max generation count
+    pcie = gpu.get("pcie") or {}
+    for key, check in (
+        ("width_current", "gpu.pcie.width"),
+        ("width_max", "gpu.pcie.width"),
+        ("gen_max", "gpu.pcie.gen"),
+    ):
+        if not_finite(pcie.get(key)):
+            out.append(
+                finding(
+                    exp,
+                    check,
+                    Verdict.FAIL,
+                    f"PCIe {key} ({show_number(pcie.get(key))}) is not a finite number",
+                    subject=subject,
+                )
+            )
+    width, width_max = (
+        finite(pcie.get("width_current")),
+        finite(pcie.get("width_max")),
+    )
+    if width is not None and width_max is not None and width < width_max:
+        out.append(
+            finding(
+                exp,
+                "gpu.pcie.width",
+                Verdict.FAIL,
+                f"PCIe link trained at x{width:g} of x{width_max:g}",
+                subject=subject,
+                measured=width,
+                expected=width_max,
+            )
+        )
+    gen_max = finite(pcie.get("gen_max"))
+    if gen_max is not None and exp.pcie_gen is not None and gen_max < exp.pcie_gen:
+        out.append(
+            finding(
+                exp,
+                "gpu.pcie.gen",
+                Verdict.FAIL,
+                f"PCIe link can reach Gen{gen_max:g} only; {exp.gpu_model} is Gen{exp.pcie_gen}",
+                subject=subject,
+                measured=gen_max,
+                expected=exp.pcie_gen,
+            )
+        )
+    # clocks held down by something other than idle or the software power cap
+    reasons = gpu.get("clocks_event_reasons") or {}
+    active = sorted(k for k, v in reasons.items() if v is True and k not in _BENIGN_CLOCK_REASONS)
+    if active:
+        out.append(
+            finding(
+                exp,
+                "gpu.clocks",
+                Verdict.WARN,
+                f"clocks held down: {', '.join(active)}",
+                subject=subject,
+                measured=active,
+            )
+        )
+    # NVSwitch fabric registration (Hopper and later print it)
+    fabric = gpu.get("fabric") or {}
+    if exp.fabric_manager and fabric.get("state") is not None:
+        state, status = fabric.get("state"), fabric.get("status")
+        ok = state == "Completed" and status == "Success"
+        out.append(
+            finding(
+                exp,
+                "gpu.fabric",
+                Verdict.OK if ok else Verdict.FAIL,
+                f"fabric state {state}, status {status}",
+                subject=subject,
+                measured=f"{state}/{status}",
+                expected="Completed/Success",
+            )
+        )
+    return out

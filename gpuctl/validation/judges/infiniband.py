@@ -1,0 +1,388 @@
+"""InfiniBand / RoCE: HCA ports (``ibstat``) and ib_write_bw between nodes (perftest)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from gpuctl.config.catalog import (
+    Ceiling,
+    ceiling_tolerance,
+    fastest_rate,
+    port_ceiling,
+)
+from gpuctl.validation.expect import ExpectedNic, NodeExpectation
+from gpuctl.validation.judges.base import (
+    Evidence,
+    Outputs,
+    ProbeOutput,
+    finding,
+    node_judge,
+    threshold_value,
+    usable_parse,
+    with_subject,
+)
+from gpuctl.validation.parsing import clean
+from gpuctl.validation.plausible import (
+    PERFTEST_LINE,
+    finite,
+    first_seen,
+    id_value,
+    implausible,
+    show_number,
+    unread_lines,
+)
+from gpuctl.validation.probes import wants_ib_write_bw
+from gpuctl.validation.results import CheckResult, Verdict
+
+
+@node_judge("ibstat")
+def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    result, unknown = usable_parse(exp, outputs, ["ibstat"], "ib.port")
+    if result is None:
+        return unknown
+    cas: dict[str, Any] = result.data.get("cas") or {}
+    out = list(unknown)
+    probe = outputs.get("ibstat")
+    out += _hcas_listed_twice(exp, cas, probe.text if probe is not None else None)
+    for nic in exp.nics:
+        ca = cas.get(nic.device)
+        if ca is None:
+            out.append(
+                finding(
+                    exp,
+                    "ib.port",
+                    Verdict.FAIL,
+                    f"{nic.device} is missing from ibstat",
+                    subject=nic.device,
+                    evidence=tuple(result.data.get("errors") or ()),
+                )
+            )
+            continue
+        ports: dict[str, Any] = ca.get("ports") or {}
+        port = ports.get("1")
+        if port is None:
+            out.append(
+                finding(
+                    exp,
+                    "ib.port",
+                    Verdict.UNKNOWN,
+                    f"{nic.device} shows no port 1",
+                    subject=nic.device,
+                )
+            )
+            continue
+        subject = f"{nic.device}/1"
+        state, phys = port.get("state"), port.get("physical_state")
+        if state != "Active" or phys != "LinkUp":
+            out.append(
+                finding(
+                    exp,
+                    "ib.port.state",
+                    Verdict.FAIL,
+                    f"state {state}, physical state {phys}; expected Active, LinkUp",
+                    subject=subject,
+                    measured=f"{state}/{phys}",
+                    expected="Active/LinkUp",
+                )
+            )
+        else:
+            out.append(finding(exp, "ib.port.state", Verdict.OK, "Active, LinkUp", subject=subject))
+        out += _judge_port_rate(exp, nic, port.get("rate"), subject)
+        layer = port.get("link_layer")
+        if layer != nic.link_layer:
+            out.append(
+                finding(
+                    exp,
+                    "ib.port.link_layer",
+                    Verdict.FAIL,
+                    f"link layer {layer}, expected {nic.link_layer} ({nic.kind})",
+                    subject=subject,
+                    measured=layer,
+                    expected=nic.link_layer,
+                )
+            )
+    return out
+
+
+def _judge_port_rate(
+    exp: NodeExpectation, nic: ExpectedNic, raw: Any, subject: str
+) -> list[CheckResult]:
+    """The port's rate against cluster.yml; a rate no port of its kind runs at is FAIL."""
+    kind = _KIND_NAMES.get(nic.kind, nic.kind)
+    fastest = port_ceiling(fastest_rate(nic.kind), f"the fastest {kind} port gpuctl knows")
+    lie = implausible(raw, fastest, "rate", "Gb/s") if raw is not None else None
+    if lie is not None:
+        return [
+            finding(
+                exp,
+                "ib.port.rate",
+                Verdict.FAIL,
+                lie,
+                subject=subject,
+                expected=nic.rate_gbps,
+                unit="Gb/s",
+                limit=fastest.value,
+                source="data/fabrics.yml",
+            )
+        ]
+    if nic.rate_gbps is None:
+        return []
+    rate = finite(raw)
+    if rate is None:
+        return [
+            finding(
+                exp,
+                "ib.port.rate",
+                Verdict.UNKNOWN,
+                "rate not shown",
+                subject=subject,
+                expected=nic.rate_gbps,
+                unit="Gb/s",
+            )
+        ]
+    ok = rate == nic.rate_gbps
+    return [
+        finding(
+            exp,
+            "ib.port.rate",
+            Verdict.OK if ok else Verdict.FAIL,
+            f"rate {rate:g} Gb/s, expected {nic.rate_gbps}",
+            subject=subject,
+            measured=rate,
+            expected=nic.rate_gbps,
+            unit="Gb/s",
+            limit=float(nic.rate_gbps),
+        )
+    ]
+
+
+_KIND_NAMES = {"infiniband": "InfiniBand", "roce": "RoCE"}
+
+
+def _guid(value: Any) -> str | None:
+    """A GUID to compare; None for none shown or all zeros (Ethernet ports show zeros)."""
+    text = id_value(value)
+    if not isinstance(text, str):
+        return None
+    try:
+        return None if int(text, 16) == 0 else text
+    except ValueError:
+        return text
+
+
+_CA_HEADER = re.compile(r"^[ \t]*CA[ \t]+'([^']*)'[ \t]*$", re.MULTILINE)
+
+
+def _hcas_listed_twice(
+    exp: NodeExpectation, cas: Mapping[str, Any], text: str | None
+) -> list[CheckResult]:
+    """An HCA whose name ibstat prints twice (the parser keeps one block), or one of the
+    expected HCAs with the node or port GUID of another: the same HCA listed twice."""
+    out: list[CheckResult] = []
+    if text is not None and text.count("CA '") > len(cas):
+        names = Counter(_CA_HEADER.findall(clean(text)))
+        for name in sorted(n for n, k in names.items() if k > 1):
+            out.append(
+                finding(
+                    exp,
+                    "ib.duplicate",
+                    Verdict.FAIL,
+                    f"{name} is listed twice in ibstat ({names[name]} blocks); counted once",
+                    subject=name,
+                    expected="each HCA once",
+                )
+            )
+    expected = [n.device for n in exp.nics if isinstance(cas.get(n.device), Mapping)]
+    items = [
+        {
+            "node_guid": cas[d].get("node_guid"),
+            "port_guid": ((cas[d].get("ports") or {}).get("1") or {}).get("port_guid"),
+        }
+        for d in expected
+    ]
+    keys = (("node_guid", "node GUID", _guid), ("port_guid", "port GUID", _guid))
+    for i, (first, label, value) in sorted(first_seen(items, keys).items()):
+        out.append(
+            finding(
+                exp,
+                "ib.duplicate",
+                Verdict.FAIL,
+                f"{expected[i]} is listed twice: same {label} {value} as {expected[first]}",
+                subject=expected[i],
+                expected="each HCA once",
+            )
+        )
+    return out
+
+
+def port_rates(outputs: Outputs) -> dict[str, float]:
+    """Port 1's rate per HCA as ibstat reports it (Gb/s), for the ceiling of ib_write_bw;
+    rates no port runs at are left out (the port judge fails them)."""
+    probe = outputs.get("ibstat")
+    if probe is None or probe.failure() is not None:
+        return {}
+    result = probe.parse_as("ibstat")
+    if not result.recognised:
+        return {}
+    top = fastest_rate(None) * (1.0 + ceiling_tolerance())
+    rates: dict[str, float] = {}
+    for name, ca in (result.data.get("cas") or {}).items():
+        port = ((ca or {}).get("ports") or {}).get("1") or {}
+        rate = finite(port.get("rate"))
+        if rate is not None and 0 < rate <= top:
+            rates[name] = rate
+    return rates
+
+
+def _bw_ceiling(
+    nic: ExpectedNic, port_rates: Mapping[str, float] | None, data: Mapping[str, Any]
+) -> Ceiling:
+    """What one ib_write_bw run can reach: the rate ibstat reports for the port, else the
+    configured rate, else the fastest port of its kind; twice that both ways or on two ports."""
+    reported = finite((port_rates or {}).get(nic.device))
+    if reported is not None and reported > 0:
+        ceiling = port_ceiling(reported, "the rate ibstat reports for the port")
+    elif nic.rate_gbps:
+        ceiling = port_ceiling(nic.rate_gbps, "the port's line rate")
+    else:
+        kind = _KIND_NAMES.get(nic.kind, nic.kind)
+        ceiling = port_ceiling(fastest_rate(nic.kind), f"the fastest {kind} port gpuctl knows")
+    settings = data.get("settings") or {}
+    both_ways = "bidirectional" in str(data.get("test") or "").lower()
+    two_ports = str(settings.get("Dual-port") or "").strip().upper() == "ON"
+    if both_ways or two_ports:
+        how = "both directions" if both_ways else "two ports"
+        return dataclasses.replace(
+            ceiling, value=2 * ceiling.value, what=f"{ceiling.what}, x2 ({how})"
+        )
+    return ceiling
+
+
+MB_PER_SEC_TO_GBPS = 1_048_576 * 8 / 1e9  # perftest's MB is 2^20 bytes
+
+
+def judge_ib_write_bw(
+    exp: NodeExpectation,
+    per_hca: Mapping[str, ProbeOutput],
+    port_rates: Mapping[str, float] | None = None,
+) -> list[CheckResult]:
+    """``per_hca``: HCA -> the client-side ib_write_bw output for it (collected by validate).
+    ``port_rates``: HCA -> the rate ibstat reports (:func:`port_rates`), the ceiling where
+    given; else the configured rate is."""
+    out: list[CheckResult] = []
+    configured = exp.thresholds.get("ib_write_bw_gbps")
+    for nic in exp.nics:
+        threshold = threshold_value(configured, nic.rate_gbps)
+        probe = per_hca.get(nic.device)
+        subject = nic.device
+        if probe is None:
+            out.append(
+                finding(exp, "ib.write_bw", Verdict.UNKNOWN, "not measured", subject=subject)
+            )
+            continue
+        result, unknown = usable_parse(exp, {"perftest": probe}, ["perftest"], "ib.write_bw")
+        if result is None:
+            out += [with_subject(u, subject) for u in unknown]
+            continue
+        data = result.data
+        blocks = data.get("blocks") or [data]
+        read = sum(len(b.get("rows") or []) for b in blocks if isinstance(b, Mapping))
+        unread = unread_lines(probe.text, PERFTEST_LINE, read, "#bytes")
+        if unread:
+            out.append(
+                finding(
+                    exp,
+                    "ib.write_bw",
+                    Verdict.FAIL,
+                    f"{unread} result line(s) of ib_write_bw hold a bandwidth that is not a "
+                    "finite number (nan, inf, too large or unreadable); no other row is judged "
+                    "in their place",
+                    subject=subject,
+                    expected=threshold,
+                    unit="Gb/s",
+                )
+            )
+            out += [with_subject(u, subject) for u in unknown]
+            continue
+        rows = [r for r in data.get("rows") or [] if "bw_average" in r]
+        if not rows:
+            out.append(
+                finding(exp, "ib.write_bw", Verdict.UNKNOWN, "no result row", subject=subject)
+            )
+            continue
+        # the largest message size, whatever its bandwidth reads: never another row instead
+        row = max(rows, key=lambda r: finite(r.get("bytes")) or 0.0)
+        unit = data.get("bw_unit")
+        if unit not in ("MB/sec", "Gb/sec"):
+            out.append(
+                finding(
+                    exp, "ib.write_bw", Verdict.UNKNOWN, f"unknown unit {unit!r}", subject=subject
+                )
+            )
+            continue
+        raw = row.get("bw_average")
+        bw = finite(raw)
+        if bw is not None and unit == "MB/sec":
+            bw = round(bw * MB_PER_SEC_TO_GBPS, 2)
+        ceiling = _bw_ceiling(nic, port_rates, data)
+        lie = implausible(bw if bw is not None else raw, ceiling, "ib_write_bw", "Gb/s")
+        if lie is not None:
+            out.append(
+                finding(
+                    exp,
+                    "ib.write_bw",
+                    Verdict.FAIL,
+                    f"{lie} (at {show_number(row.get('bytes'))} B)",
+                    subject=subject,
+                    expected=threshold,
+                    unit="Gb/s",
+                    limit=ceiling.value,
+                    source=ceiling.source,
+                )
+            )
+            out += [with_subject(u, subject) for u in unknown]
+            continue
+        assert bw is not None  # noqa: S101 - implausible() refuses None
+        if threshold is None:
+            out.append(
+                finding(
+                    exp,
+                    "ib.write_bw",
+                    Verdict.UNKNOWN,
+                    f"{bw:g} Gb/s; no threshold set",
+                    subject=subject,
+                    measured=bw,
+                    unit="Gb/s",
+                )
+            )
+            continue
+        ok = bw >= threshold
+        out.append(
+            finding(
+                exp,
+                "ib.write_bw",
+                Verdict.OK if ok else Verdict.FAIL,
+                f"{bw:g} Gb/s " + (">=" if ok else "<") + f" {threshold:g}",
+                subject=subject,
+                measured=bw,
+                expected=threshold,
+                unit="Gb/s",
+                limit=float(nic.rate_gbps) if nic.rate_gbps else None,
+                source=exp.sources.get("ib_write_bw_gbps"),
+            )
+        )
+        out += [with_subject(u, subject) for u in unknown]
+    return out
+
+
+@node_judge("perftest", applies=wants_ib_write_bw)
+def judge_ib_write_bw_pairs(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
+    """ib_write_bw between nodes, unless the node is judged alone (``evidence.pairs=False``,
+    as `gpuctl node-check` does); the ceiling is the rate ibstat reports, where it does."""
+    if not evidence.pairs:
+        return []
+    return judge_ib_write_bw(exp, evidence.ib_write_bw, port_rates(evidence))

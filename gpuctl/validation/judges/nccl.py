@@ -1,0 +1,139 @@
+"""Single-node nccl-tests all_reduce_perf: errors, wrong results, ranks, bus bandwidth."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuctl.config.catalog import (
+    busbw_ceiling,
+)
+from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.plausible import (
+    finite,
+    nccl_table_lie,
+    not_finite,
+    show_number,
+)
+from gpuctl.validation.results import CheckResult, Verdict
+
+
+@node_judge("nccl")
+def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    result, unknown = usable_parse(exp, outputs, ["nccl"], "nccl.busbw")
+    if result is None:
+        return unknown
+    data = result.data
+    out = list(unknown)
+    errors: list[str] = list(data.get("errors") or [])
+    rows: list[dict[str, Any]] = list(data.get("rows") or [])
+    if errors:
+        out.append(
+            finding(
+                exp,
+                "nccl.errors",
+                Verdict.FAIL,
+                f"nccl-tests reported {len(errors)} failure lines",
+                evidence=tuple(errors[:5]),
+            )
+        )
+    wrong = [
+        (row.get("size"), side, (row.get(side) or {}).get("wrong"))
+        for row in rows
+        for side in ("out_of_place", "in_place")
+    ]
+    bad = [(s, side, w) for s, side, w in wrong if not_finite(w) or finite(w) not in (None, 0.0)]
+    raw_oob = data.get("out_of_bounds")
+    oob = finite(raw_oob)
+    if bad or not_finite(raw_oob) or (oob is not None and oob > 0):
+        out.append(
+            finding(
+                exp,
+                "nccl.wrong",
+                Verdict.FAIL,
+                f"wrong results: {len(bad)} rows with #wrong > 0 or not a number, out of bounds "
+                f"{show_number(raw_oob)}",
+                measured=len(bad) or oob,
+                expected=0,
+            )
+        )
+    elif rows and any(finite(w) is not None for _, _, w in wrong):
+        out.append(
+            finding(exp, "nccl.wrong", Verdict.OK, "no wrong results", measured=0, expected=0)
+        )
+    out += _nccl_ranks(exp, data.get("ranks") or [])
+    ceiling = busbw_ceiling(exp.gpu_model)
+    probe = outputs.get("nccl")
+    lie = nccl_table_lie(rows, ceiling, probe.text if probe is not None else None)
+    if lie is None and not rows:
+        out.append(finding(exp, "nccl.busbw", Verdict.UNKNOWN, "no bandwidth rows in the output"))
+        return out
+    if lie is not None:
+        out.append(
+            finding(
+                exp,
+                "nccl.busbw",
+                Verdict.FAIL,
+                lie,
+                unit="GB/s",
+                limit=ceiling.value if ceiling is not None else None,
+                source=ceiling.source if ceiling is not None else None,
+            )
+        )
+        return out
+    threshold = finite(exp.thresholds.get("nccl_all_reduce_busbw_gbs"))
+    largest = max(rows, key=lambda r: finite(r.get("size")) or 0.0)
+    busbw = finite((largest.get("out_of_place") or {}).get("busbw"))
+    size = largest.get("size")
+    if threshold is None:
+        out.append(
+            finding(
+                exp,
+                "nccl.busbw",
+                Verdict.UNKNOWN,
+                f"busbw {busbw} GB/s at {size} B, but no threshold is set for "
+                f"{exp.gpu_model}: set validation.thresholds.nccl_all_reduce_busbw_gbs",
+                measured=busbw,
+                unit="GB/s",
+            )
+        )
+    elif busbw is not None:
+        ok = busbw >= threshold
+        out.append(
+            finding(
+                exp,
+                "nccl.busbw",
+                Verdict.OK if ok else Verdict.FAIL,
+                f"busbw {busbw:g} GB/s at {size} B " + (">=" if ok else "<") + f" {threshold:g}",
+                measured=busbw,
+                expected=threshold,
+                unit="GB/s",
+                source=exp.sources.get("nccl_all_reduce_busbw_gbs"),
+            )
+        )
+    return out
+
+
+def _nccl_ranks(exp: NodeExpectation, ranks: Sequence[Mapping[str, Any]]) -> list[CheckResult]:
+    """nccl-tests cannot run on more GPUs of one host than it has."""
+    per_host: dict[str, set[Any]] = {}
+    for i, rank in enumerate(ranks):
+        device = rank.get("device")
+        key = device if device is not None else rank.get("busid") or f"rank {i}"
+        per_host.setdefault(str(rank.get("host")), set()).add(key)
+    out: list[CheckResult] = []
+    for host, devices in sorted(per_host.items()):
+        if len(devices) > exp.gpu_count:
+            out.append(
+                finding(
+                    exp,
+                    "nccl.ranks",
+                    Verdict.FAIL,
+                    f"nccl-tests used {len(devices)} GPUs on {host}; the node has "
+                    f"{exp.gpu_count}: the output is not from this node",
+                    measured=len(devices),
+                    expected=exp.gpu_count,
+                )
+            )
+    return out

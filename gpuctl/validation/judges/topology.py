@@ -1,0 +1,108 @@
+"""Topology (``nvidia-smi topo -m``): GPUs listed, NVLink per GPU pair, GPU-NIC PCIe affinity."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.results import CheckResult, Verdict
+
+_NV = re.compile(r"NV(\d+)$")
+
+
+@node_judge("topo")
+def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    result, unknown = usable_parse(exp, outputs, ["topo"], "topology")
+    if result is None:
+        return unknown
+    data = result.data
+    listed: list[str] = list(data.get("gpus") or [])
+    links: dict[str, dict[str, str]] = data.get("links") or {}
+    out = list(unknown)
+    gpus = list(dict.fromkeys(listed))  # a GPU listed twice counts once
+    twice_listed = Counter(listed) if len(gpus) != len(listed) else {}
+    for name in sorted(g for g, n in twice_listed.items() if n > 1):
+        out.append(
+            finding(
+                exp,
+                "gpu.duplicate",
+                Verdict.FAIL,
+                f"{name} is listed twice in nvidia-smi topo -m; counted once",
+                subject=name,
+                expected="each GPU once",
+            )
+        )
+    if len(gpus) != exp.gpu_count:
+        twice = (
+            f" ({len(listed) - len(gpus)} listed twice, not counted)"
+            if len(listed) > len(gpus)
+            else ""
+        )
+        out.append(
+            finding(
+                exp,
+                "topology.gpus",
+                Verdict.FAIL,
+                f"topo -m shows {len(gpus)} GPUs, expected {exp.gpu_count}{twice}",
+                measured=len(gpus),
+                expected=exp.gpu_count,
+            )
+        )
+    if exp.nvlink_token is not None:
+        wanted = _NV.match(exp.nvlink_token)
+        want = int(wanted.group(1)) if wanted else None
+        bad = []
+        for a in gpus:
+            for b in gpus:
+                if a == b:
+                    continue
+                token = (links.get(a) or {}).get(b)
+                m = _NV.match(token or "")
+                if token is None or m is None or (want is not None and int(m.group(1)) < want):
+                    bad.append((a, b, token))
+        for a, b, token in bad:
+            if a < b:
+                out.append(
+                    finding(
+                        exp,
+                        "topology.nvlink",
+                        Verdict.FAIL,
+                        f"{a}-{b} is {token or 'missing'}, expected {exp.nvlink_token}",
+                        subject=f"{a}-{b}",
+                        measured=token,
+                        expected=exp.nvlink_token,
+                        source="gpu model (data/gpu_models.yml)",
+                    )
+                )
+        if not bad:
+            out.append(
+                finding(
+                    exp,
+                    "topology.nvlink",
+                    Verdict.OK,
+                    f"every GPU pair is {exp.nvlink_token} or better",
+                    measured=exp.nvlink_token,
+                    expected=exp.nvlink_token,
+                )
+            )
+    if exp.nics and data.get("nics"):
+        # GPUDirect RDMA wants each GPU to have a NIC behind the same PCIe switch (PIX/PXB)
+        nics: list[str] = list(data.get("nics") or [])
+        for g in gpus:
+            best = [(links.get(g) or {}).get(n) for n in nics]
+            if any(t in ("PIX", "PXB") for t in best):
+                continue
+            out.append(
+                finding(
+                    exp,
+                    "topology.gpu_nic_affinity",
+                    Verdict.WARN,
+                    f"{g} has no NIC behind its PCIe switch (best: "
+                    f"{', '.join(sorted({t or '?' for t in best}))}); GPUDirect RDMA slows",
+                    subject=g,
+                    expected="PIX or PXB",
+                )
+            )
+    return out

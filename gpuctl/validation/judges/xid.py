@@ -1,0 +1,122 @@
+"""The kernel log: Xid events in the window (data/xid.yml), GPUs fallen off the bus."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any
+
+from gpuctl.resources import load_data
+from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.judges.base import Evidence, Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.results import CheckResult, Verdict
+
+
+def xid_window_hours() -> float:
+    """How far back an Xid still counts (data/xid.yml `window_hours`)."""
+    return float(load_data("xid.yml")["window_hours"])
+
+
+@cache
+def xid_actions() -> dict[int, str]:
+    data = load_data("xid.yml")
+    return {int(x): action for action, xids in data["actions"].items() for x in xids}
+
+
+def _event_time(stamp: Any) -> datetime | None:
+    """ISO (`dmesg --time-format iso`) or ctime (`dmesg -T`) timestamps; None for others."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        when = datetime.fromisoformat(stamp.replace(",", "."))
+    except ValueError:
+        try:
+            when = datetime.strptime(stamp, "%a %b %d %H:%M:%S %Y")
+        except ValueError:
+            return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def judge_xid(
+    exp: NodeExpectation, outputs: Outputs, now: datetime | None = None
+) -> list[CheckResult]:
+    """Xid events in the window (data/xid.yml) that ends at ``now`` (None: the whole log).
+    Events whose time cannot be read count: a log the collector bounded to the window
+    (journalctl --since) is judged whole."""
+    result, unknown = usable_parse(exp, outputs, ["xid"], "xid")
+    if result is None:
+        return unknown
+    out = list(unknown)
+    actions = xid_actions()
+    default = str(load_data("xid.yml")["default_action"])
+    events: list[dict[str, Any]] = list(result.data.get("events") or [])
+    if now is not None:
+        since = now - timedelta(hours=xid_window_hours())
+        events = [
+            e for e in events if (when := _event_time(e.get("timestamp"))) is None or when >= since
+        ]
+    for ev in result.data.get("fallen_off_bus") or []:
+        out.append(
+            finding(
+                exp,
+                "xid.fallen_off_bus",
+                Verdict.FAIL,
+                f"GPU {ev.get('pci')} has fallen off the bus: reboot",
+                subject=ev.get("pci"),
+                measured=79,
+            )
+        )
+    seen: dict[tuple[Any, int], list[dict[str, Any]]] = {}
+    for ev in events:
+        xid = ev.get("xid")
+        if isinstance(xid, int):
+            seen.setdefault((ev.get("pci"), xid), []).append(ev)
+    for (pci, xid), evs in sorted(seen.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        action = actions.get(xid, default)
+        verdict = Verdict.WARN if action == "monitor" else Verdict.FAIL
+        out.append(
+            finding(
+                exp,
+                "xid",
+                verdict,
+                f"Xid {xid} x{len(evs)}: {action}",
+                subject=str(pci),
+                measured=xid,
+                source="data/xid.yml (AWS ladder, Azure fatal list)",
+                evidence=tuple(str(e.get("message", ""))[:200] for e in evs[:3]),
+            )
+        )
+    if not out:
+        out.append(finding(exp, "xid", Verdict.OK, "no Xid events in the window"))
+    return out
+
+
+@node_judge("xid")
+def judge_xid_in_window(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
+    """:func:`judge_xid` with the window ending at ``evidence.now``; over the whole log when no
+    collection time can be trusted (``evidence.clock_problem``), and then never OK."""
+    problem = evidence.clock_problem
+    found = judge_xid(exp, evidence, None if problem else evidence.now)
+    if problem is not None and found:
+        found = _without_window(exp, found, problem)
+    return found
+
+
+def _without_window(
+    exp: NodeExpectation, results: list[CheckResult], problem: str
+) -> list[CheckResult]:
+    """judge_xid's results over the whole log when no collection time can be trusted: its
+    findings stand (every event counts), an OK does not (the window cannot be placed)."""
+    if all(r.verdict is Verdict.UNKNOWN for r in results):
+        return results  # the log itself could not be judged: those UNKNOWNs say why
+    kept = [r for r in results if not (r.check == "xid" and r.verdict is Verdict.OK)]
+    return [
+        *kept,
+        CheckResult(
+            check="xid.window",
+            node=exp.node,
+            verdict=Verdict.UNKNOWN,
+            message=f"the Xid window cannot be placed: {problem}; every Xid event in the "
+            "log counts",
+        ),
+    ]

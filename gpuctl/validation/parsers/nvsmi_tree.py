@@ -1,0 +1,193 @@
+"""What ``nvidia-smi -q`` and ``-q -x`` have in common: the tree both are read into
+(:class:`Node`, keys normalised to ``snake_case``), the placeholders and read-failure words
+nvidia-smi prints instead of a value, its error banners, and the readers of one value.
+
+Used by :mod:`gpuctl.validation.parsers.nvsmi_gpu` (the extractor),
+:mod:`gpuctl.validation.parsers.nvsmi_query` (``smi-q``, ``smi-xml``) and
+:mod:`gpuctl.validation.parsers.nvsmi_csv` (``smi-csv``). No parser is registered here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from gpuctl.validation.numbers import number
+
+# Values nvidia-smi prints when it has nothing to show: they become None.
+PLACEHOLDERS = frozenset(
+    {
+        "n/a",
+        "[n/a]",
+        "not supported",
+        "[not supported]",
+        "requested functionality has been deprecated",
+        "[requested functionality has been deprecated]",
+        "insufficient permissions",
+        "[insufficient permissions]",
+        "not available",
+        "[not available]",
+    }
+)
+# Values that say the read failed: None in data, listed in the GPU's read_errors, and a problem
+# where the field matters for health (see nvsmi_gpu._HEALTH_PATHS).
+ERROR_VALUES = frozenset(
+    {
+        "unknown error",
+        "[unknown error]",
+        "err!",
+        "[err!]",
+        "gpu is lost",
+        "[gpu is lost]",
+        "gpu requires reset",
+        "[gpu requires reset]",
+    }
+)
+_ERROR_BANNERS = (
+    re.compile(r"NVIDIA-SMI has failed", re.IGNORECASE),
+    re.compile(r"No devices were found", re.IGNORECASE),
+    re.compile(r"Failed to initialize NVML", re.IGNORECASE),
+    re.compile(r"Unable to determine the device handle", re.IGNORECASE),
+    re.compile(r"couldn't communicate with the NVIDIA driver", re.IGNORECASE),
+    re.compile(r"^Field \".*\" is not a valid field to query", re.IGNORECASE),
+    re.compile(r"^Invalid combination of input arguments", re.IGNORECASE),
+)
+NUM_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%/()]*)")
+
+
+# Real -q / -q -x output nests 6 levels deep; deeper input is refused line by line (it would
+# otherwise recurse without bound). Over-long numbers are refused by gpuctl.validation.numbers.
+MAX_DEPTH = 24
+
+
+_ANY_ERROR_BANNER = re.compile("|".join(f"(?:{p.pattern})" for p in _ERROR_BANNERS), re.IGNORECASE)
+
+
+_BANNER_WORDS = (
+    "failed",
+    "no devices",
+    "unable to determine",
+    "communicate",
+    "not a valid field",
+    "invalid combination",
+)
+
+
+def may_have_banner(text: str) -> bool:
+    """Cheap whole-text test before the per-line search (most outputs have no banner)."""
+    low = text.lower()
+    return any(word in low for word in _BANNER_WORDS)
+
+
+def is_error_banner(line: str) -> bool:
+    return _ANY_ERROR_BANNER.search(line) is not None  # one pass instead of one per banner
+
+
+# ------------------------------------------------------------------------------------------
+# The tree both smi-q and smi-xml are read into
+
+
+@dataclass(slots=True)
+class Node:
+    key: str  # normalised: lower case, runs of other characters -> "_"
+    label: str  # as printed (text label or XML tag)
+    value: str | None  # stripped; None for a section header
+    children: list[Node] = field(default_factory=list)
+    attrs: dict[str, str] = field(default_factory=dict)
+
+    def child(self, key: str) -> Node | None:
+        for c in self.children:
+            if c.key == key:
+                return c
+        return None
+
+    def find(self, path: Sequence[str]) -> Node | None:
+        node: Node | None = self
+        for key in path:
+            if node is None:
+                return None
+            node = node.child(key)
+        return node
+
+    def walk(self) -> Iterable[tuple[str, Node]]:
+        """Every descendant with its path of labels ("ECC Errors/Volatile/...")."""
+        for c in self.children:
+            yield c.label, c
+            for sub, node in c.walk():
+                yield f"{c.label}/{sub}", node
+
+
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+@lru_cache(maxsize=4096)
+def norm_key(label: str) -> str:
+    return _NON_ALNUM.sub("_", label.strip().lower()).strip("_")
+
+
+Path = tuple[str, ...]
+
+
+def read_raw(node: Node | None, *paths: Path) -> str | None:
+    """The value of the first path that exists with a value (as printed), else None."""
+    if node is None:
+        return None
+    for path in paths:
+        hit = node.find(path)
+        if hit is not None and hit.value is not None:
+            return hit.value
+    return None
+
+
+def find_section(node: Node | None, *paths: Path) -> Node | None:
+    if node is None:
+        return None
+    for path in paths:
+        hit = node.find(path)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _placeholder(value: str | None) -> bool:
+    if value is None:
+        return True
+    low = value.strip().lower()
+    return low == "" or low in PLACEHOLDERS or low in ERROR_VALUES
+
+
+def read_text(value: str | None) -> str | None:
+    return None if _placeholder(value) else (value or "").strip()
+
+
+def read_num(value: str | None) -> int | float | None:
+    """``"143771 MiB"`` -> 143771, ``"16x"`` -> 16, ``"-8 C"`` -> -8; placeholders -> None."""
+    if _placeholder(value):
+        return None
+    m = NUM_UNIT.fullmatch((value or "").strip())
+    return number(m.group(1)) if m else None
+
+
+def read_int(value: str | None) -> int | None:
+    n = read_num(value)
+    return n if isinstance(n, int) else None
+
+
+def read_yes_no(value: str | None) -> bool | None:
+    low = (value or "").strip().lower()
+    if low in ("yes", "true", "enabled"):
+        return True
+    if low in ("no", "false", "disabled"):
+        return False
+    return None
+
+
+def read_active(value: str | None) -> bool | None:
+    low = (value or "").strip().lower()
+    if low == "active":
+        return True
+    if low == "not active":
+        return False
+    return None

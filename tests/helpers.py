@@ -1,0 +1,41 @@
+"""Plain constants and functions every test tier shares (the fixtures are in conftest.py).
+
+Test modules import it as ``from helpers import ...``: pytest puts ``tests/`` on sys.path for
+the conftest.py there, and mypy finds it as a top-level module beside it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root (pyproject.toml, playbooks/, inventories/, docs/ ...)."""
+
+KNOWN_HOSTS_LINE = "x ssh-ed25519 AAAA\n"
+"""A known_hosts line for clusters that only need the file to exist."""
+
+
+def write_lab_cluster(directory: Path, nodes: int = 3) -> Path:
+    """The lab starter's cluster.yml in ``directory`` (ctl01 + gpu001..gpu00N, 8x H100, 8 NDR
+    HCAs), with a known_hosts where it says (``.gpuctl/lab/known_hosts``, relative to it)."""
+    from gpuctl.starter import starter  # here: `from helpers import ROOT` imports no gpuctl
+
+    path = directory / "cluster.yml"
+    path.write_text(starter("lab", nodes), encoding="utf-8")
+    (directory / ".gpuctl" / "lab").mkdir(parents=True, exist_ok=True)
+    (directory / ".gpuctl" / "lab" / "known_hosts").write_text(KNOWN_HOSTS_LINE)
+    return path
+
+
+def require_tool(name: str, install: str) -> str:
+    """The path of the program ``name``; a test without it fails (never skips: CI installs every
+    tool, with ``scripts/bootstrap.sh --test``), saying what to install."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(
+            f"{name} is missing: {install} (scripts/bootstrap.sh --test installs it)",
+            pytrace=False,
+        )
+    return path

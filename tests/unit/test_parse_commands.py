@@ -1,0 +1,83 @@
+"""`gpuctl parse list` shows, per kind, the commands gpuctl really runs: each one taken from where
+it is declared (the probe table and the few runners outside it), none declared by a parser."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuctl import slurm
+from gpuctl.cli.parse_cmd import commands_by_kind
+from gpuctl.rollout import tools
+from gpuctl.validation import multinode, probes
+from gpuctl.validation.parsing import ParserSpec, registry
+
+
+def _line(argv: tuple[str, ...] | list[str]) -> str:
+    return " ".join(argv)
+
+
+def test_a_parser_declares_no_command() -> None:
+    assert "command" not in {f.name for f in dataclasses.fields(ParserSpec)}
+
+
+def test_every_probe_command_is_listed_under_its_kind() -> None:
+    commands = commands_by_kind()
+    for probe in probes.PROBES:
+        shown = _line([arg.format(gpus="<gpus>") for arg in probe.argv])
+        assert shown in commands[probe.kind], (probe.kind, shown)
+
+
+def test_every_listed_command_comes_from_where_it_is_run() -> None:
+    port = probes.IB_WRITE_BW_BASE_PORT
+    declared: dict[str, set[str]] = {}
+    for probe in probes.PROBES:
+        argv = [arg.format(gpus="<gpus>") for arg in probe.argv]
+        declared.setdefault(probe.kind, set()).add(_line(argv))
+    declared.setdefault("perftest", set()).update(
+        {
+            _line(probes.ib_write_bw_server("<hca>", port)),
+            _line(probes.ib_write_bw_client("<hca>", port, "<server>")),
+        }
+    )
+    declared.setdefault("nccl", set()).add(_line(multinode.srun_argv(("node1", "node2"), 8)))
+    declared.setdefault("mlxfwmanager", set()).add(_line(tools.nic_query_argv()))
+    declared.setdefault("flint-query", set()).add(_line(tools.flint_query_argv("<device>")))
+    declared.setdefault("scontrol-node", set()).add(_line(slurm.show_argv()))
+    commands = commands_by_kind()
+    assert set(commands) <= set(registry()), "a command listed for a kind no parser reads"
+    assert {kind: set(lines) for kind, lines in commands.items()} == declared
+
+
+def test_the_commands_the_issue_named_are_the_real_ones() -> None:
+    commands = commands_by_kind()
+    assert commands["xid"] == ["journalctl -t kernel -b --no-pager -o short-iso"]
+    assert commands["dcgm-diag"] == ["dcgmi diag -r 2", "dcgmi diag -r 3"]
+    assert commands["nccl"][1].startswith("srun ")
+    assert commands["nccl"][1].endswith(_line(multinode.NCCL_ARGS))
+
+
+def test_docs_parse_md_table_shows_the_listed_commands() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "parse.md").read_text(encoding="utf-8")
+    index = text.split("| kind | command | section |", 1)[1].split("\n\n", 1)[0]
+    commands = commands_by_kind()
+    for row in (line for line in index.splitlines() if line.startswith("| `")):
+        kind, cell = row.split(" | ")[0].strip("|` "), row.split(" | ")[1]
+        quoted = cell.split("`")[1::2]
+        if kind not in commands:
+            assert cell == "-", f"docs/parse.md: {kind} is run by no gpuctl code"
+            continue
+
+        # a command in full, or (the long srun line) its program and the nccl-tests tail
+        def shows(command: str, quoted: list[str] = quoted) -> bool:
+            return command in quoted or (
+                command.split(" ", 1)[0] in quoted
+                and any(" " in q and command.endswith(q) for q in quoted)
+            )
+
+        assert all(shows(c) for c in commands[kind]), f"docs/parse.md: update {kind}'s commands"
+        assert len(quoted) == len(commands[kind]) + (
+            sum(1 for c in commands[kind] if c not in quoted)
+        ), f"docs/parse.md: {kind} shows a command gpuctl does not run"
