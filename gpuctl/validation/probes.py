@@ -102,7 +102,10 @@ PROBES: tuple[Probe, ...] = (
         60,
         _levels(QUICK, STANDARD, LONG),
         any_gpu,
-        description="GPU inventory, driver, ECC and row remapping, PCIe link, clocks, fabric",
+        description=(
+            "GPU inventory, driver, ECC and row remapping, PCIe link, clocks, fabric, "
+            "persistence mode"
+        ),
     ),
     Probe(
         "topo",

@@ -197,6 +197,45 @@ def test_healthy_hgx_h100_smi_q() -> None:
     assert set(verdicts(res, "gpu.fabric")) == {Verdict.OK}
 
 
+def test_persistence_mode_on_every_gpu_is_ok() -> None:
+    from gpuctl.validation.judges.gpus import judge_gpus
+
+    res = judge_gpus(h100_565(), out("smi-q", "nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt"))
+    assert [(r.verdict, r.message) for r in res if r.check == "gpu.persistence"] == [
+        (Verdict.OK, "persistence mode on, 8 GPUs")
+    ]
+
+
+def test_persistence_mode_off_warns_and_names_the_gpus() -> None:
+    from gpuctl.validation.judges.gpus import judge_gpus
+
+    # Azure's 8x A100 capture, driver 460: persistence mode Disabled on every GPU
+    res = judge_gpus(a100(), out("smi-q", "nvidia-smi/nvsmi-q-full-a100-sxm4-40gb-8gpu-460.txt"))
+    found = [r for r in res if r.check == "gpu.persistence"]
+    assert [(r.verdict, r.measured) for r in found] == [(Verdict.WARN, 8)]
+    assert found[0].message.startswith(
+        "persistence mode off on GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7: "
+    )
+    # the XML form (smi-xml) of a one-GPU A10G, driver 515
+    one = dataclasses.replace(a100(), gpu_count=1, product_name=None)
+    res = judge_gpus(one, out("smi-xml", "nvidia-smi/nvsmi-q-x-a10g-1gpu-515.txt"))
+    assert verdicts(res, "gpu.persistence") == [Verdict.WARN]
+
+
+def test_persistence_mode_not_shown_is_unknown() -> None:
+    from gpuctl.validation.judges.gpus import judge_gpus
+
+    text = body("nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt")
+    lines = text.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if "Persistence Mode" in line)
+    cut = "".join(lines[:first] + lines[first + 1 :])  # GPU0's line gone, the others kept
+    res = judge_gpus(h100_565(), {"smi-q": ProbeOutput("smi-q", cut)})
+    found = [r for r in res if r.check == "gpu.persistence"]
+    assert [(r.verdict, r.message) for r in found] == [
+        (Verdict.UNKNOWN, "persistence mode not shown for GPU0")
+    ]
+
+
 def test_wrong_driver_and_missing_gpus_fail() -> None:
     from gpuctl.validation.judges.gpus import judge_gpus
 

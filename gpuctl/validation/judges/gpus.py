@@ -1,5 +1,5 @@
 """GPUs (``nvidia-smi -q -x``): inventory, driver, ECC and row remapping, PCIe link, clocks,
-fabric state."""
+fabric state, persistence mode."""
 
 from __future__ import annotations
 
@@ -86,7 +86,53 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     for i, gpu in enumerate(gpus):
         subject = f"GPU{gpu.get('index', i)}"
         out += _judge_one_gpu(exp, gpu, subject, th)
+    out += _judge_persistence(exp, [g for i, g in enumerate(gpus) if i not in repeats])
     return out
+
+
+def _judge_persistence(exp: NodeExpectation, gpus: Sequence[dict[str, Any]]) -> list[CheckResult]:
+    """Persistence mode, one result for the node. Without it the driver tears a GPU's state
+    down whenever no process holds the device, and every CUDA job start pays seconds to set it
+    up again (NVIDIA, Driver Persistence, "Background":
+    https://docs.nvidia.com/deploy/driver-persistence/background.html); the nvidia_driver role
+    runs nvidia-persistenced with persistence mode on. Off is WARN (jobs run, slower to
+    start); a GPU whose mode is not shown leaves it UNKNOWN."""
+    if not gpus:
+        return []
+    modes = {f"GPU{g.get('index', i)}": g.get("persistence_mode") for i, g in enumerate(gpus)}
+    off = [s for s, mode in modes.items() if mode == "Disabled"]
+    unread = [s for s, mode in modes.items() if mode not in ("Enabled", "Disabled")]
+    if off:
+        return [
+            finding(
+                exp,
+                "gpu.persistence",
+                Verdict.WARN,
+                f"persistence mode off on {', '.join(off)}: each CUDA job start initialises the "
+                "GPU again (nvidia-persistenced not running, or run with --no-persistence-mode)",
+                measured=len(off),
+                expected=0,
+            )
+        ]
+    if unread:
+        return [
+            finding(
+                exp,
+                "gpu.persistence",
+                Verdict.UNKNOWN,
+                f"persistence mode not shown for {', '.join(unread)}",
+            )
+        ]
+    return [
+        finding(
+            exp,
+            "gpu.persistence",
+            Verdict.OK,
+            f"persistence mode on, {len(modes)} GPUs",
+            measured=0,
+            expected=0,
+        )
+    ]
 
 
 def _pci_key(address: Any) -> str | None:
