@@ -49,6 +49,7 @@ INTEGRATION_MODULES = frozenset(
         "test_rollout_property.py",  # property-based rollouts (hypothesis)
         "test_sec_render_fuzz.py",  # fuzzes every rendered string
         "test_slurm_source.py",  # the Slurm roles under ansible-playbook
+        "test_pinned_packages.py",  # the shared pin-and-hold role under ansible-playbook, apt
         "test_sshnodes.py",  # sshd-only nodes for the benchmark
     }
 )
