@@ -26,11 +26,11 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from gpuctl.config.model import Level
+from gpuctl.config.model import LEVELS
 from gpuctl.errors import GpuctlError
 
 SCHEMA = 1
-VALIDATE_LEVELS: tuple[str, ...] = tuple(level.value for level in Level)
+VALIDATE_LEVELS = LEVELS
 
 
 class RolloutError(GpuctlError):

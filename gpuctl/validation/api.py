@@ -17,14 +17,13 @@ from datetime import datetime
 from pathlib import Path
 
 from gpuctl.config.derived import nodes as cluster_nodes
-from gpuctl.config.model import Cluster
+from gpuctl.config.model import LEVELS, Cluster
 from gpuctl.errors import UsageError
 from gpuctl.remote import Connector, Target, Unreachable, connect
 from gpuctl.remote.ssh import ParamikoConnector, ssh_settings
 from gpuctl.slurm import NotUnderstood, read_nodes, show_argv
 from gpuctl.validation import multinode, multinode_collect
 from gpuctl.validation.bundle import (
-    LEVELS,
     PairRun,
     bundle_folders,
     check_bundle_dir,

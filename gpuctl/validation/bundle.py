@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuctl import __version__
-from gpuctl.config.model import Level
+from gpuctl.config.model import LEVELS
 from gpuctl.errors import UsageError
 from gpuctl.fileio import UnsafePath, decode_json, read_inside
 from gpuctl.fileio import write_atomic as write_atomic  # every bundle file, asserted by tests
@@ -47,7 +47,6 @@ RESULTS_FILE = "results.json"
 META_FILE = "meta.json"
 MULTINODE_DIR = "_multinode"  # <bundle>/_multinode/<group>/{meta.json,run-NN.txt}
 MISSING = "missing from the bundle"
-LEVELS = tuple(level.value for level in Level)
 STDERR_TAIL = 2000  # characters of stderr kept in meta.json
 _MIB = 1024 * 1024
 # The collector keeps at most 64 MiB of a probe's output (one read more before it cuts it off):

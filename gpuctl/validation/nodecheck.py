@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuctl.config.model import Cluster
+from gpuctl.config.model import Cluster, Level
 from gpuctl.errors import UsageError
 from gpuctl.remote import ExecResult, Runner
 from gpuctl.remote.local import LocalSession
@@ -56,7 +56,8 @@ DEFAULT_CLUSTER = Path("/etc/gpuctl/cluster.yml")
 # `gpuctl validate --drain-failed`'s): each tool resumes only the nodes it drained itself.
 PREFIX = "gpuctl node-check:"
 OWNER = Owner(PREFIX)
-LEVELS = ("quick", "standard")  # `long` (dcgmi diag -r 3, up to an hour) is validate's
+# `long` (dcgmi diag -r 3, up to an hour) is validate's
+LEVELS = (Level.QUICK.value, Level.STANDARD.value)
 # Each scontrol call; slurmd kills a HealthCheckProgram after 60 s, so keep these short.
 SCONTROL_TIMEOUT_S = 10
 

@@ -32,10 +32,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpuctl.config.model import Level
+from gpuctl.config.model import LEVELS, Level
 from gpuctl.validation.expect import NodeExpectation
 
-LEVELS: tuple[str, ...] = tuple(level.value for level in Level)
 QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.value
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts

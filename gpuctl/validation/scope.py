@@ -7,10 +7,8 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.derived import split_top_level
-from gpuctl.config.model import Cluster, Level
+from gpuctl.config.model import LEVELS, Cluster, Level
 from gpuctl.errors import UsageError
-
-LEVELS = tuple(level.value for level in Level)
 
 
 def with_level(cluster: Cluster, level: str | None) -> Cluster:

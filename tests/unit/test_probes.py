@@ -10,6 +10,7 @@ import pytest
 from helpers import ROOT
 
 from gpuctl.config import load_cluster
+from gpuctl.config.model import LEVELS
 from gpuctl.validation.bundle import NodeBundle
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.judges import NODE_JUDGES
@@ -17,7 +18,6 @@ from gpuctl.validation.judges.base import ProbeOutput
 from gpuctl.validation.parsing import parse, registry
 from gpuctl.validation.probes import (
     LEVEL_BUDGET_S,
-    LEVELS,
     PROBES,
     ib_write_bw_client,
     ib_write_bw_server,

@@ -59,7 +59,14 @@ from gpuctl.config.model.software import (
     RdmaStack,
     Software,
 )
-from gpuctl.config.model.validation import GroupValidation, Level, Multinode, Thresholds, Validation
+from gpuctl.config.model.validation import (
+    LEVELS,
+    GroupValidation,
+    Level,
+    Multinode,
+    Thresholds,
+    Validation,
+)
 from gpuctl.config.nodesets import MAX_CLUSTER_NODES, MAX_NODESET, estimated_size
 from gpuctl.config.rules import check_rules
 from gpuctl.config.types import StrictModel
@@ -68,6 +75,7 @@ from gpuctl.config.values import unsafe_values
 SCHEMA_VERSION = 1
 
 __all__ = [
+    "LEVELS",
     "SCHEMA_VERSION",
     "Bmc",
     "BmcCredentials",

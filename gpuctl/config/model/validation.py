@@ -11,9 +11,15 @@ from gpuctl.config.types import Percent, StrictModel
 
 
 class Level(StrEnum):
+    """The validation levels: the one definition (probes, bundles, node-check, rollout use it)."""
+
     QUICK = "quick"
     STANDARD = "standard"
     LONG = "long"
+
+
+# the level names, in order (quick < standard < long)
+LEVELS: tuple[str, ...] = tuple(level.value for level in Level)
 
 
 class Thresholds(StrictModel):
