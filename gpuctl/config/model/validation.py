@@ -10,9 +10,9 @@ from pydantic import Field
 from gpuctl.config.types import Percent, StrictModel
 
 
+# The validation levels: the one definition (probes, bundles, node-check and rollout use it).
+# No docstring: pydantic would put it into the JSON schema as the enum's description.
 class Level(StrEnum):
-    """The validation levels: the one definition (probes, bundles, node-check, rollout use it)."""
-
     QUICK = "quick"
     STANDARD = "standard"
     LONG = "long"
