@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from helpers import ROOT
+
 from gpuctl import slurm
 from gpuctl.cli.parse_cmd import commands_by_kind
 from gpuctl.rollout import tools
@@ -57,10 +59,7 @@ def test_the_commands_the_issue_named_are_the_real_ones() -> None:
 
 
 def test_docs_parse_md_table_shows_the_listed_commands() -> None:
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    text = (root / "docs" / "parse.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "parse.md").read_text(encoding="utf-8")
     index = text.split("| kind | command | section |", 1)[1].split("\n\n", 1)[0]
     commands = commands_by_kind()
     for row in (line for line in index.splitlines() if line.startswith("| `")):

@@ -7,10 +7,10 @@ such case, and says which caller decided otherwise before (its test would have f
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import ROOT
 
 from gpuctl.rollout.backend import BackendError
 from gpuctl.slurm import (
@@ -31,7 +31,8 @@ from gpuctl.validation import slurm as validate_slurm
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 
 FIXTURE = (
-    Path(__file__).resolve().parents[1]
+    ROOT
+    / "tests"
     / "fixtures"
     / "slurm"
     / "scontrol-show-node-idle-drain-gres-count-lower-rtx3090.txt"

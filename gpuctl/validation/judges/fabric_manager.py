@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.parsers.fabricmanager import fabric_manager_of
 from gpuctl.validation.results import CheckResult, Verdict
 
 
@@ -12,21 +13,20 @@ def judge_fabric_manager(exp: NodeExpectation, outputs: Outputs) -> list[CheckRe
     result, unknown = usable_parse(exp, outputs, ["fabricmanager"], "fabricmanager")
     if result is None:
         return unknown
-    data = result.data
+    fm = fabric_manager_of(result.data)
     out = list(unknown)
-    active = data.get("active")
-    if active is True:
+    if fm.active is True:
         out.append(
             finding(exp, "fabricmanager.active", Verdict.OK, "nvidia-fabricmanager is active")
         )
-    elif active is False:
+    elif fm.active is False:
         out.append(
             finding(
                 exp,
                 "fabricmanager.active",
                 Verdict.FAIL,
-                f"nvidia-fabricmanager is {data.get('state') or 'not active'}",
-                evidence=tuple(str(e) for e in (data.get("errors") or [])[:5]),
+                f"nvidia-fabricmanager is {fm.state or 'not active'}",
+                evidence=fm.errors[:5],
             )
         )
     else:
@@ -38,7 +38,7 @@ def judge_fabric_manager(exp: NodeExpectation, outputs: Outputs) -> list[CheckRe
                 "the output does not say whether Fabric Manager runs",
             )
         )
-    version = data.get("version")
+    version = fm.version
     if version is not None and exp.driver_version is not None and version != exp.driver_version:
         out.append(
             finding(

@@ -8,6 +8,14 @@ from typing import Any
 
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, listed_twice, node_judge, usable_parse
+from gpuctl.validation.parsers.kernel import kernel_log_of
+from gpuctl.validation.parsers.nvsmi_gpu import (
+    EccCounters,
+    GpuRecord,
+    PcieLink,
+    RemappedRows,
+    smi_of,
+)
 from gpuctl.validation.plausible import (
     finite,
     first_seen,
@@ -35,11 +43,12 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     result, unknown = usable_parse(exp, outputs, ["smi-xml", "smi-q"], "gpu")
     if result is None:
         return unknown
-    data = result.data
+    smi = smi_of(result.data)
     out = list(unknown)
-    gpus: list[dict[str, Any]] = list(data.get("gpus") or [])
-    repeats = first_seen(gpus, _GPU_IDS)
-    out += listed_twice(exp, gpus, repeats, tail="; counted once", by_position=True)
+    gpus = smi.gpus
+    ids = [g.ids() for g in gpus]
+    repeats = first_seen(ids, _GPU_IDS)
+    out += listed_twice(exp, ids, repeats, tail="; counted once", by_position=True)
     distinct = [g for i, g in enumerate(gpus) if i not in repeats]
     twice = f" ({len(repeats)} listed twice, not counted)" if repeats else ""
     if len(distinct) != exp.gpu_count:
@@ -66,7 +75,7 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                 expected=exp.gpu_count,
             )
         )
-    driver = data.get("driver_version")
+    driver = smi.driver_version
     if exp.driver_version is not None:
         if driver is None:
             out.append(finding(exp, "gpu.driver", Verdict.UNKNOWN, "driver version not shown"))
@@ -83,14 +92,13 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                 )
             )
     th = exp.thresholds
-    for i, gpu in enumerate(gpus):
-        subject = f"GPU{gpu.get('index', i)}"
-        out += _judge_one_gpu(exp, gpu, subject, th)
-    out += _judge_persistence(exp, [g for i, g in enumerate(gpus) if i not in repeats])
+    for gpu in gpus:
+        out += _judge_one_gpu(exp, gpu, th)
+    out += _judge_persistence(exp, distinct)
     return out
 
 
-def _judge_persistence(exp: NodeExpectation, gpus: Sequence[dict[str, Any]]) -> list[CheckResult]:
+def _judge_persistence(exp: NodeExpectation, gpus: Sequence[GpuRecord]) -> list[CheckResult]:
     """Persistence mode, one result for the node. Without it the driver tears a GPU's state
     down whenever no process holds the device, and every CUDA job start pays seconds to set it
     up again (NVIDIA, Driver Persistence, "Background":
@@ -99,7 +107,7 @@ def _judge_persistence(exp: NodeExpectation, gpus: Sequence[dict[str, Any]]) -> 
     start); a GPU whose mode is not shown leaves it UNKNOWN."""
     if not gpus:
         return []
-    modes = {f"GPU{g.get('index', i)}": g.get("persistence_mode") for i, g in enumerate(gpus)}
+    modes = {g.subject: g.persistence_mode for g in gpus}
     off = [s for s, mode in modes.items() if mode == "Disabled"]
     unread = [s for s, mode in modes.items() if mode not in ("Enabled", "Disabled")]
     if off:
@@ -156,76 +164,114 @@ _GPU_IDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
 )
 
 
-def _lost_gpus(gpus: Sequence[dict[str, Any]], outputs: Outputs) -> list[str]:
+def _lost_gpus(gpus: Sequence[GpuRecord], outputs: Outputs) -> list[str]:
     """PCI addresses of GPUs the kernel log says fell off the bus and nvidia-smi no longer
     lists: the GPUs a short count is missing (names them, when the log does)."""
     xid = outputs.get("xid")
     if xid is None or xid.failure() is not None or not xid.parse_as("xid").recognised:
         return []
-    visible = {_pci_key(g.get("pci_bus_id")) for g in gpus}
-    lost = [str(f.get("pci")) for f in xid.parse_as("xid").data.get("fallen_off_bus") or []]
+    visible = {_pci_key(g.pci_bus_id) for g in gpus}
+    lost = [str(f.pci) for f in kernel_log_of(xid.parse_as("xid").data).fallen_off_bus]
     return [pci for pci in lost if _pci_key(pci) is not None and _pci_key(pci) not in visible]
 
 
-def _judge_one_gpu(
-    exp: NodeExpectation, gpu: dict[str, Any], subject: str, th: dict[str, Any]
-) -> list[CheckResult]:
+def _judge_one_gpu(exp: NodeExpectation, gpu: GpuRecord, th: dict[str, Any]) -> list[CheckResult]:
     out: list[CheckResult] = []
-    name = gpu.get("name")
-    if exp.product_name is not None and name != exp.product_name:
+    subject = gpu.subject
+    if exp.product_name is not None and gpu.name != exp.product_name:
         out.append(
             finding(
                 exp,
                 "gpu.model",
                 Verdict.FAIL,
-                f"{name}, expected {exp.product_name}",
+                f"{gpu.name}, expected {exp.product_name}",
                 subject=subject,
-                measured=name,
+                measured=gpu.name,
                 expected=exp.product_name,
             )
         )
-    # row remapping (Ampere and later)
-    remap = gpu.get("remapped_rows") or {}
-    if remap:
-        if remap.get("failure") is True:
-            out.append(
-                finding(
-                    exp,
-                    "gpu.remap",
-                    Verdict.FAIL,
-                    "row remapping failed: replace the GPU",
-                    subject=subject,
-                    measured="failure",
-                    expected="none",
-                )
-            )
-        elif remap.get("pending") is True and (th.get("remapped_rows_pending_max") or 0) == 0:
-            out.append(
-                finding(
-                    exp,
-                    "gpu.remap",
-                    Verdict.FAIL,
-                    "row remapping pending: reset the GPU",
-                    subject=subject,
-                    measured="pending",
-                    expected="none",
-                )
-            )
-        elif remap.get("pending") is None and remap.get("failure") is None:
-            out.append(
-                finding(
-                    exp, "gpu.remap", Verdict.UNKNOWN, "remapped rows not readable", subject=subject
-                )
-            )
+    if gpu.remapped_rows is not None:  # row remapping (Ampere and later)
+        out += _judge_remap(exp, gpu.remapped_rows, subject, th)
     # ECC counters, aggregate where the driver keeps them
-    ecc = gpu.get("ecc") or {}
-    counters = ecc.get("aggregate") or ecc.get("volatile") or {}
-    for key, limit_key in (
-        ("sram_uncorrectable", "sram_uncorrectable_max"),
-        ("sram_correctable", "sram_correctable_max"),
-        ("dram_correctable", "dram_correctable_max"),
+    counters = gpu.ecc_aggregate or gpu.ecc_volatile
+    if counters is not None:
+        out += _judge_ecc(exp, counters, subject, th)
+    if gpu.pcie is not None:
+        out += _judge_pcie(exp, gpu.pcie, subject)
+    # clocks held down by something other than idle or the software power cap
+    active = sorted(r for r in gpu.clocks_active if r not in _BENIGN_CLOCK_REASONS)
+    if active:
+        out.append(
+            finding(
+                exp,
+                "gpu.clocks",
+                Verdict.WARN,
+                f"clocks held down: {', '.join(active)}",
+                subject=subject,
+                measured=active,
+            )
+        )
+    # NVSwitch fabric registration (Hopper and later print it)
+    fabric = gpu.fabric
+    if exp.fabric_manager and fabric is not None and fabric.state is not None:
+        state, status = fabric.state, fabric.status
+        ok = state == "Completed" and status == "Success"
+        out.append(
+            finding(
+                exp,
+                "gpu.fabric",
+                Verdict.OK if ok else Verdict.FAIL,
+                f"fabric state {state}, status {status}",
+                subject=subject,
+                measured=f"{state}/{status}",
+                expected="Completed/Success",
+            )
+        )
+    return out
+
+
+def _judge_remap(
+    exp: NodeExpectation, remap: RemappedRows, subject: str, th: dict[str, Any]
+) -> list[CheckResult]:
+    if remap.failure is True:
+        return [
+            finding(
+                exp,
+                "gpu.remap",
+                Verdict.FAIL,
+                "row remapping failed: replace the GPU",
+                subject=subject,
+                measured="failure",
+                expected="none",
+            )
+        ]
+    if remap.pending is True and (th.get("remapped_rows_pending_max") or 0) == 0:
+        return [
+            finding(
+                exp,
+                "gpu.remap",
+                Verdict.FAIL,
+                "row remapping pending: reset the GPU",
+                subject=subject,
+                measured="pending",
+                expected="none",
+            )
+        ]
+    if remap.pending is None and remap.failure is None:
+        why = "remapped rows not readable"
+        return [finding(exp, "gpu.remap", Verdict.UNKNOWN, why, subject=subject)]
+    return []
+
+
+def _judge_ecc(
+    exp: NodeExpectation, counters: EccCounters, subject: str, th: dict[str, Any]
+) -> list[CheckResult]:
+    out: list[CheckResult] = []
+    for key, raw, limit_key in (
+        ("sram_uncorrectable", counters.sram_uncorrectable, "sram_uncorrectable_max"),
+        ("sram_correctable", counters.sram_correctable, "sram_correctable_max"),
+        ("dram_correctable", counters.dram_correctable, "dram_correctable_max"),
     ):
-        raw = counters.get(key)
         if not_finite(raw):
             out.append(
                 finding(
@@ -255,28 +301,29 @@ def _judge_one_gpu(
                     source=exp.sources.get(limit_key),
                 )
             )
-    # PCIe link: judged against what the link can negotiate, not the spec sheet; the current
-    # generation drops at idle (power saving), so only the width and the max generation count
-    pcie = gpu.get("pcie") or {}
-    for key, check in (
-        ("width_current", "gpu.pcie.width"),
-        ("width_max", "gpu.pcie.width"),
-        ("gen_max", "gpu.pcie.gen"),
+    return out
+
+
+def _judge_pcie(exp: NodeExpectation, pcie: PcieLink, subject: str) -> list[CheckResult]:
+    """Judged against what the link can negotiate, not the spec sheet; the current generation
+    drops at idle (power saving), so only the width and the max generation count."""
+    out: list[CheckResult] = []
+    for key, raw, check in (
+        ("width_current", pcie.width_current, "gpu.pcie.width"),
+        ("width_max", pcie.width_max, "gpu.pcie.width"),
+        ("gen_max", pcie.gen_max, "gpu.pcie.gen"),
     ):
-        if not_finite(pcie.get(key)):
+        if not_finite(raw):
             out.append(
                 finding(
                     exp,
                     check,
                     Verdict.FAIL,
-                    f"PCIe {key} ({show_number(pcie.get(key))}) is not a finite number",
+                    f"PCIe {key} ({show_number(raw)}) is not a finite number",
                     subject=subject,
                 )
             )
-    width, width_max = (
-        finite(pcie.get("width_current")),
-        finite(pcie.get("width_max")),
-    )
+    width, width_max = finite(pcie.width_current), finite(pcie.width_max)
     if width is not None and width_max is not None and width < width_max:
         out.append(
             finding(
@@ -289,7 +336,7 @@ def _judge_one_gpu(
                 expected=width_max,
             )
         )
-    gen_max = finite(pcie.get("gen_max"))
+    gen_max = finite(pcie.gen_max)
     if gen_max is not None and exp.pcie_gen is not None and gen_max < exp.pcie_gen:
         out.append(
             finding(
@@ -300,36 +347,6 @@ def _judge_one_gpu(
                 subject=subject,
                 measured=gen_max,
                 expected=exp.pcie_gen,
-            )
-        )
-    # clocks held down by something other than idle or the software power cap
-    reasons = gpu.get("clocks_event_reasons") or {}
-    active = sorted(k for k, v in reasons.items() if v is True and k not in _BENIGN_CLOCK_REASONS)
-    if active:
-        out.append(
-            finding(
-                exp,
-                "gpu.clocks",
-                Verdict.WARN,
-                f"clocks held down: {', '.join(active)}",
-                subject=subject,
-                measured=active,
-            )
-        )
-    # NVSwitch fabric registration (Hopper and later print it)
-    fabric = gpu.get("fabric") or {}
-    if exp.fabric_manager and fabric.get("state") is not None:
-        state, status = fabric.get("state"), fabric.get("status")
-        ok = state == "Completed" and status == "Success"
-        out.append(
-            finding(
-                exp,
-                "gpu.fabric",
-                Verdict.OK if ok else Verdict.FAIL,
-                f"fabric state {state}, status {status}",
-                subject=subject,
-                measured=f"{state}/{status}",
-                expected="Completed/Success",
             )
         )
     return out

@@ -25,6 +25,8 @@ from gpuctl.validation.judges.base import (
     usable_parse,
     with_subject,
 )
+from gpuctl.validation.parsers.infiniband import Ibstat, IbstatPort, ibstat_of
+from gpuctl.validation.parsers.perftest import Perftest, perftest_of
 from gpuctl.validation.parsing import clean
 from gpuctl.validation.plausible import (
     PERFTEST_LINE,
@@ -44,12 +46,12 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     result, unknown = usable_parse(exp, outputs, ["ibstat"], "ib.port")
     if result is None:
         return unknown
-    cas: dict[str, Any] = result.data.get("cas") or {}
+    ibstat = ibstat_of(result.data)
     out = list(unknown)
     probe = outputs.get("ibstat")
-    out += _hcas_listed_twice(exp, cas, probe.text if probe is not None else None)
+    out += _hcas_listed_twice(exp, ibstat, probe.text if probe is not None else None)
     for nic in exp.nics:
-        ca = cas.get(nic.device)
+        ca = ibstat.cas.get(nic.device)
         if ca is None:
             out.append(
                 finding(
@@ -58,12 +60,11 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                     Verdict.FAIL,
                     f"{nic.device} is missing from ibstat",
                     subject=nic.device,
-                    evidence=tuple(result.data.get("errors") or ()),
+                    evidence=ibstat.errors,
                 )
             )
             continue
-        ports: dict[str, Any] = ca.get("ports") or {}
-        port = ports.get("1")
+        port = ca.port("1")
         if port is None:
             out.append(
                 finding(
@@ -76,7 +77,7 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
             )
             continue
         subject = f"{nic.device}/1"
-        state, phys = port.get("state"), port.get("physical_state")
+        state, phys = port.state, port.physical_state
         if state != "Active" or phys != "LinkUp":
             out.append(
                 finding(
@@ -91,8 +92,8 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
             )
         else:
             out.append(finding(exp, "ib.port.state", Verdict.OK, "Active, LinkUp", subject=subject))
-        out += _judge_port_rate(exp, nic, port.get("rate"), subject)
-        layer = port.get("link_layer")
+        out += _judge_port_rate(exp, nic, port.rate, subject)
+        layer = port.link_layer
         if layer != nic.link_layer:
             out.append(
                 finding(
@@ -109,7 +110,7 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
 
 
 def _judge_port_rate(
-    exp: NodeExpectation, nic: ExpectedNic, raw: Any, subject: str
+    exp: NodeExpectation, nic: ExpectedNic, raw: float | None, subject: str
 ) -> list[CheckResult]:
     """The port's rate against cluster.yml; a rate no port of its kind runs at is FAIL."""
     kind = _KIND_NAMES.get(nic.kind, nic.kind)
@@ -177,12 +178,11 @@ def _guid(value: Any) -> str | None:
 _CA_HEADER = re.compile(r"^[ \t]*CA[ \t]+'([^']*)'[ \t]*$", re.MULTILINE)
 
 
-def _hcas_listed_twice(
-    exp: NodeExpectation, cas: Mapping[str, Any], text: str | None
-) -> list[CheckResult]:
+def _hcas_listed_twice(exp: NodeExpectation, ibstat: Ibstat, text: str | None) -> list[CheckResult]:
     """An HCA whose name ibstat prints twice (the parser keeps one block), or one of the
     expected HCAs with the node or port GUID of another: the same HCA listed twice."""
     out: list[CheckResult] = []
+    cas = ibstat.cas
     if text is not None and text.count("CA '") > len(cas):
         names = Counter(_CA_HEADER.findall(clean(text)))
         for name in sorted(n for n, k in names.items() if k > 1):
@@ -196,13 +196,9 @@ def _hcas_listed_twice(
                     expected="each HCA once",
                 )
             )
-    expected = [n.device for n in exp.nics if isinstance(cas.get(n.device), Mapping)]
+    expected = [n.device for n in exp.nics if n.device in cas]
     items = [
-        {
-            "node_guid": cas[d].get("node_guid"),
-            "port_guid": ((cas[d].get("ports") or {}).get("1") or {}).get("port_guid"),
-        }
-        for d in expected
+        {"node_guid": cas[d].node_guid, "port_guid": _port_guid(cas[d].port("1"))} for d in expected
     ]
     keys = (("node_guid", "node GUID", _guid), ("port_guid", "port GUID", _guid))
     for i, (first, label, value) in sorted(first_seen(items, keys).items()):
@@ -219,6 +215,10 @@ def _hcas_listed_twice(
     return out
 
 
+def _port_guid(port: IbstatPort | None) -> str | None:
+    return port.port_guid if port is not None else None
+
+
 def port_rates(outputs: Outputs) -> dict[str, float]:
     """Port 1's rate per HCA as ibstat reports it (Gb/s), for the ceiling of ib_write_bw;
     rates no port runs at are left out (the port judge fails them)."""
@@ -230,17 +230,15 @@ def port_rates(outputs: Outputs) -> dict[str, float]:
         return {}
     top = fastest_rate(None) * (1.0 + ceiling_tolerance())
     rates: dict[str, float] = {}
-    for name, ca in (result.data.get("cas") or {}).items():
-        port = ((ca or {}).get("ports") or {}).get("1") or {}
-        rate = finite(port.get("rate"))
+    for name, ca in ibstat_of(result.data).cas.items():
+        port = ca.port("1")
+        rate = finite(port.rate) if port is not None else None
         if rate is not None and 0 < rate <= top:
             rates[name] = rate
     return rates
 
 
-def _bw_ceiling(
-    nic: ExpectedNic, port_rates: Mapping[str, float] | None, data: Mapping[str, Any]
-) -> Ceiling:
+def _bw_ceiling(nic: ExpectedNic, port_rates: Mapping[str, float] | None, run: Perftest) -> Ceiling:
     """What one ib_write_bw run can reach: the rate ibstat reports for the port, else the
     configured rate, else the fastest port of its kind; twice that both ways or on two ports."""
     reported = finite((port_rates or {}).get(nic.device))
@@ -251,10 +249,8 @@ def _bw_ceiling(
     else:
         kind = _KIND_NAMES.get(nic.kind, nic.kind)
         ceiling = port_ceiling(fastest_rate(nic.kind), f"the fastest {kind} port gpuctl knows")
-    settings = data.get("settings") or {}
-    both_ways = "bidirectional" in str(data.get("test") or "").lower()
-    two_ports = str(settings.get("Dual-port") or "").strip().upper() == "ON"
-    if both_ways or two_ports:
+    both_ways = run.bidirectional
+    if both_ways or run.two_ports:
         how = "both directions" if both_ways else "two ports"
         return dataclasses.replace(
             ceiling, value=2 * ceiling.value, what=f"{ceiling.what}, x2 ({how})"
@@ -288,10 +284,8 @@ def judge_ib_write_bw(
         if result is None:
             out += [with_subject(u, subject) for u in unknown]
             continue
-        data = result.data
-        blocks = data.get("blocks") or [data]
-        read = sum(len(b.get("rows") or []) for b in blocks if isinstance(b, Mapping))
-        unread = unread_lines(probe.text, PERFTEST_LINE, read, "#bytes")
+        run = perftest_of(result.data)
+        unread = unread_lines(probe.text, PERFTEST_LINE, run.rows_read, "#bytes")
         if unread:
             out.append(
                 finding(
@@ -308,15 +302,15 @@ def judge_ib_write_bw(
             )
             out += [with_subject(u, subject) for u in unknown]
             continue
-        rows = [r for r in data.get("rows") or [] if "bw_average" in r]
+        rows = run.bw_rows
         if not rows:
             out.append(
                 finding(exp, "ib.write_bw", Verdict.UNKNOWN, "no result row", subject=subject)
             )
             continue
         # the largest message size, whatever its bandwidth reads: never another row instead
-        row = max(rows, key=lambda r: finite(r.get("bytes")) or 0.0)
-        unit = data.get("bw_unit")
+        row = max(rows, key=lambda r: finite(r.bytes) or 0.0)
+        unit = run.bw_unit
         if unit not in ("MB/sec", "Gb/sec"):
             out.append(
                 finding(
@@ -324,11 +318,11 @@ def judge_ib_write_bw(
                 )
             )
             continue
-        raw = row.get("bw_average")
+        raw = row.bw_average
         bw = finite(raw)
         if bw is not None and unit == "MB/sec":
             bw = round(bw * MB_PER_SEC_TO_GBPS, 2)
-        ceiling = _bw_ceiling(nic, port_rates, data)
+        ceiling = _bw_ceiling(nic, port_rates, run)
         lie = implausible(bw if bw is not None else raw, ceiling, "ib_write_bw", "Gb/s")
         if lie is not None:
             out.append(
@@ -336,7 +330,7 @@ def judge_ib_write_bw(
                     exp,
                     "ib.write_bw",
                     Verdict.FAIL,
-                    f"{lie} (at {show_number(row.get('bytes'))} B)",
+                    f"{lie} (at {show_number(row.bytes)} B)",
                     subject=subject,
                     expected=threshold,
                     unit="Gb/s",

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from gpuctl.config.catalog import (
     busbw_ceiling,
 )
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.parsers.nccl import NcclRank, nccl_run_of
 from gpuctl.validation.plausible import (
     finite,
     nccl_table_lie,
@@ -24,10 +24,9 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     result, unknown = usable_parse(exp, outputs, ["nccl"], "nccl.busbw")
     if result is None:
         return unknown
-    data = result.data
+    run = nccl_run_of(result.data)
     out = list(unknown)
-    errors: list[str] = list(data.get("errors") or [])
-    rows: list[dict[str, Any]] = list(data.get("rows") or [])
+    errors, rows = run.errors, run.rows
     if errors:
         out.append(
             finding(
@@ -39,12 +38,12 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
             )
         )
     wrong = [
-        (row.get("size"), side, (row.get(side) or {}).get("wrong"))
+        (row.size, name, side.wrong if side is not None else None)
         for row in rows
-        for side in ("out_of_place", "in_place")
+        for name, side in row.sides()
     ]
     bad = [(s, side, w) for s, side, w in wrong if not_finite(w) or finite(w) not in (None, 0.0)]
-    raw_oob = data.get("out_of_bounds")
+    raw_oob = run.out_of_bounds
     oob = finite(raw_oob)
     if bad or not_finite(raw_oob) or (oob is not None and oob > 0):
         out.append(
@@ -62,10 +61,10 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         out.append(
             finding(exp, "nccl.wrong", Verdict.OK, "no wrong results", measured=0, expected=0)
         )
-    out += _nccl_ranks(exp, data.get("ranks") or [])
+    out += _nccl_ranks(exp, run.ranks)
     ceiling = busbw_ceiling(exp.gpu_model)
     probe = outputs.get("nccl")
-    lie = nccl_table_lie(rows, ceiling, probe.text if probe is not None else None)
+    lie = nccl_table_lie(run.table(), ceiling, probe.text if probe is not None else None)
     if lie is None and not rows:
         out.append(finding(exp, "nccl.busbw", Verdict.UNKNOWN, "no bandwidth rows in the output"))
         return out
@@ -83,9 +82,9 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         )
         return out
     threshold = finite(exp.thresholds.get("nccl_all_reduce_busbw_gbs"))
-    largest = max(rows, key=lambda r: finite(r.get("size")) or 0.0)
-    busbw = finite((largest.get("out_of_place") or {}).get("busbw"))
-    size = largest.get("size")
+    largest = max(rows, key=lambda r: finite(r.size) or 0.0)
+    busbw = finite(largest.out_of_place.busbw if largest.out_of_place is not None else None)
+    size = largest.size
     if threshold is None:
         out.append(
             finding(
@@ -115,13 +114,12 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     return out
 
 
-def _nccl_ranks(exp: NodeExpectation, ranks: Sequence[Mapping[str, Any]]) -> list[CheckResult]:
+def _nccl_ranks(exp: NodeExpectation, ranks: Sequence[NcclRank]) -> list[CheckResult]:
     """nccl-tests cannot run on more GPUs of one host than it has."""
-    per_host: dict[str, set[Any]] = {}
+    per_host: dict[str, set[int | str]] = {}
     for i, rank in enumerate(ranks):
-        device = rank.get("device")
-        key = device if device is not None else rank.get("busid") or f"rank {i}"
-        per_host.setdefault(str(rank.get("host")), set()).add(key)
+        key = rank.device if rank.device is not None else rank.busid or f"rank {i}"
+        per_host.setdefault(str(rank.host), set()).add(key)
     out: list[CheckResult] = []
     for host, devices in sorted(per_host.items()):
         if len(devices) > exp.gpu_count:

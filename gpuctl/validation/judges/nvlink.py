@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, listed_twice, node_judge, usable_parse
+from gpuctl.validation.parsers.nvsmi_tables import nvlink_gpus_of
 from gpuctl.validation.plausible import (
     first_seen,
     id_value,
@@ -20,13 +19,14 @@ def judge_nvlink_status(exp: NodeExpectation, outputs: Outputs) -> list[CheckRes
     if result is None:
         return unknown
     out = list(unknown)
-    listed: list[dict[str, Any]] = list(result.data.get("gpus") or [])
-    repeats = first_seen(listed, (("index", "index", id_value), ("uuid", "UUID", id_value)))
-    out += listed_twice(exp, listed, repeats, where=" in nvidia-smi nvlink -s")
+    listed = nvlink_gpus_of(result.data)
+    ids = [{"index": gpu.index, "uuid": gpu.uuid} for gpu in listed]  # by the data's keys
+    repeats = first_seen(ids, (("index", "index", id_value), ("uuid", "UUID", id_value)))
+    out += listed_twice(exp, ids, repeats, where=" in nvidia-smi nvlink -s")
     for gpu in listed:
-        links = gpu.get("links") or []
-        down = [str(link.get("link")) for link in links if link.get("active") is False]
-        subject = f"GPU{gpu.get('index')}"
+        links = gpu.links
+        down = [str(link) for link in gpu.inactive]
+        subject = f"GPU{gpu.index}"
         if down:
             out.append(
                 finding(
@@ -39,7 +39,7 @@ def judge_nvlink_status(exp: NodeExpectation, outputs: Outputs) -> list[CheckRes
                     expected=len(links),
                 )
             )
-    total = sum(len(g.get("links") or []) for i, g in enumerate(listed) if i not in repeats)
+    total = sum(len(g.links) for i, g in enumerate(listed) if i not in repeats)
     if total == 0:
         out.append(finding(exp, "gpu.nvlink", Verdict.UNKNOWN, "nvlink -s lists no links"))
     elif not out:

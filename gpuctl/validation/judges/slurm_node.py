@@ -10,6 +10,7 @@ from gpuctl.validation.judges.base import (
     finding,
     usable_parse,
 )
+from gpuctl.validation.parsers.slurm import scontrol_nodes_of
 from gpuctl.validation.results import CheckResult, Verdict
 
 
@@ -18,14 +19,14 @@ def judge_slurm_node(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult
     if result is None:
         return unknown
     out = list(unknown)
-    nodes = [n for n in result.data.get("nodes") or [] if n.get("NodeName") == exp.node]
+    nodes = [n for n in scontrol_nodes_of(result.data) if n.name == exp.node]
     if not nodes:
         return [*out, finding(exp, "slurm.state", Verdict.UNKNOWN, "node not in scontrol output")]
     node = nodes[0]
-    state = str(node.get("state") or "").lower()
-    flags = [str(f).lower() for f in node.get("state_flags") or []]
-    reason = node.get("reason")
-    slurm = SlurmNode.from_record(node)
+    state = str(node.state or "").lower()
+    flags = [str(f).lower() for f in node.state_flags]
+    reason = node.reason
+    slurm = SlurmNode.from_record(node.state_record())
     if slurm.is_down:
         out.append(
             finding(

@@ -7,6 +7,7 @@ from collections import Counter
 
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.parsers.topo import topology_of
 from gpuctl.validation.results import CheckResult, Verdict
 
 _NV = re.compile(r"NV(\d+)$")
@@ -17,9 +18,8 @@ def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     result, unknown = usable_parse(exp, outputs, ["topo"], "topology")
     if result is None:
         return unknown
-    data = result.data
-    listed: list[str] = list(data.get("gpus") or [])
-    links: dict[str, dict[str, str]] = data.get("links") or {}
+    topo = topology_of(result.data)
+    listed = topo.gpus
     out = list(unknown)
     gpus = list(dict.fromkeys(listed))  # a GPU listed twice counts once
     twice_listed = Counter(listed) if len(gpus) != len(listed) else {}
@@ -58,7 +58,7 @@ def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
             for b in gpus:
                 if a == b:
                     continue
-                token = (links.get(a) or {}).get(b)
+                token = topo.link(a, b)
                 m = _NV.match(token or "")
                 if token is None or m is None or (want is not None and int(m.group(1)) < want):
                     bad.append((a, b, token))
@@ -87,11 +87,10 @@ def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                     expected=exp.nvlink_token,
                 )
             )
-    if exp.nics and data.get("nics"):
+    if exp.nics and topo.nics:
         # GPUDirect RDMA wants each GPU to have a NIC behind the same PCIe switch (PIX/PXB)
-        nics: list[str] = list(data.get("nics") or [])
         for g in gpus:
-            best = [(links.get(g) or {}).get(n) for n in nics]
+            best = [topo.link(g, n) for n in topo.nics]
             if any(t in ("PIX", "PXB") for t in best):
                 continue
             out.append(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import Any
 
 from gpuctl.resources import load_data
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Evidence, Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.parsers.kernel import XidEvent, kernel_log_of
 from gpuctl.validation.results import CheckResult, Verdict
 
 
@@ -23,9 +23,9 @@ def xid_actions() -> dict[int, str]:
     return {int(x): action for action, xids in data["actions"].items() for x in xids}
 
 
-def _event_time(stamp: Any) -> datetime | None:
+def _event_time(stamp: str | None) -> datetime | None:
     """ISO (`dmesg --time-format iso`) or ctime (`dmesg -T`) timestamps; None for others."""
-    if not isinstance(stamp, str):
+    if stamp is None:
         return None
     try:
         when = datetime.fromisoformat(stamp.replace(",", "."))
@@ -46,31 +46,29 @@ def judge_xid(
     result, unknown = usable_parse(exp, outputs, ["xid"], "xid")
     if result is None:
         return unknown
+    log = kernel_log_of(result.data)
     out = list(unknown)
     actions = xid_actions()
     default = str(load_data("xid.yml")["default_action"])
-    events: list[dict[str, Any]] = list(result.data.get("events") or [])
+    events = list(log.events)
     if now is not None:
         since = now - timedelta(hours=xid_window_hours())
-        events = [
-            e for e in events if (when := _event_time(e.get("timestamp"))) is None or when >= since
-        ]
-    for ev in result.data.get("fallen_off_bus") or []:
+        events = [e for e in events if (when := _event_time(e.timestamp)) is None or when >= since]
+    for fallen in log.fallen_off_bus:
         out.append(
             finding(
                 exp,
                 "xid.fallen_off_bus",
                 Verdict.FAIL,
-                f"GPU {ev.get('pci')} has fallen off the bus: reboot",
-                subject=ev.get("pci"),
+                f"GPU {fallen.pci} has fallen off the bus: reboot",
+                subject=fallen.pci,
                 measured=79,
             )
         )
-    seen: dict[tuple[Any, int], list[dict[str, Any]]] = {}
+    seen: dict[tuple[str | None, int], list[XidEvent]] = {}
     for ev in events:
-        xid = ev.get("xid")
-        if isinstance(xid, int):
-            seen.setdefault((ev.get("pci"), xid), []).append(ev)
+        if ev.xid is not None:
+            seen.setdefault((ev.pci, ev.xid), []).append(ev)
     for (pci, xid), evs in sorted(seen.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         action = actions.get(xid, default)
         verdict = Verdict.WARN if action == "monitor" else Verdict.FAIL
@@ -83,7 +81,7 @@ def judge_xid(
                 subject=str(pci),
                 measured=xid,
                 source="data/xid.yml (AWS ladder, Azure fatal list)",
-                evidence=tuple(str(e.get("message", ""))[:200] for e in evs[:3]),
+                evidence=tuple(str(e.message)[:200] for e in evs[:3]),
             )
         )
     if not out:

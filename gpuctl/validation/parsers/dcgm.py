@@ -22,11 +22,15 @@ Data shapes (documented in docs/parse.md):
     gpus: {gpu_id: [state, ...]} | None        # U (up) D (down) X (disabled) _ (not supported)
     nvswitches: {physical_id: [state, ...]} | None   # {} when "No NvSwitches found."
     links_not_up: [{entity, id, link, state}]  # every D or X link
+
+What the judges read of ``dcgm-diag``: :func:`diag_of` (a :class:`DcgmDiag`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.numbers import json_raw_decode
@@ -526,6 +530,44 @@ def parse_dcgm_diag(text: str) -> ParseResult:
     if start is not None and not re.search(r"(?m)^\s*\|\s*Diagnostic\s*\|", text[:start]):
         return _parse_diag_json(text, start)
     return _parse_diag_text(text)
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmTest:
+    """One diagnostic test: its name, its result word (``Pass``/``Fail``/``Warn``/``Skip``;
+    None: none recognisable) and its Error/Warning/Info messages, each as the evidence shows
+    it (its entry in the data, ``{'level': ..., 'text': ..., 'gpu': ...}``, printed)."""
+
+    name: str | None
+    result: str | None
+    messages: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmDiag:
+    """A ``dcgmi diag`` run as the judges read it; ``overall`` None: the output is incomplete."""
+
+    tests: tuple[DcgmTest, ...]
+    overall: str | None
+
+
+def diag_of(data: Mapping[str, Any]) -> DcgmDiag:
+    """The record of :func:`parse_dcgm_diag`'s data."""
+    return DcgmDiag(
+        tests=tuple(
+            DcgmTest(
+                name=test.get("name"),
+                result=test.get("result"),
+                messages=tuple(str(m) for m in _listed(test.get("messages"))),
+            )
+            for test in data.get("tests") or ()
+        ),
+        overall=data.get("overall"),
+    )
+
+
+def _listed(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, Iterable) else ()
 
 
 # ------------------------------------------------------------------------------------------

@@ -18,11 +18,15 @@ Data (docs/parse.md has the full contract)::
     errors:           [{timestamp, message}]
     warnings:         [{timestamp, message}]
     nvswitch_errors:  [{severity, error, pci, physical_id, port, timestamp}]
+
+What the judges read of it: :func:`fabric_manager_of` (a :class:`FabricManager`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.numbers import to_int
@@ -266,3 +270,31 @@ def parse_fabricmanager(text: str) -> ParseResult:
         "nvswitch_errors": nvswitch,
     }
     return ParseResult(KIND, True, data, tuple(problems))
+
+
+# ------------------------------------------------------------------------------------------
+# What the judges read
+
+
+@dataclass(frozen=True, slots=True)
+class FabricManager:
+    """Fabric Manager as the judges read it: ``active`` True/False only where ``systemctl
+    status`` says so (None otherwise), the unit's state, FM's version, and its error lines,
+    each as the evidence shows it (its entry in the data, ``{'timestamp': ..., 'message':
+    ...}``, printed)."""
+
+    active: bool | None
+    state: str | None
+    version: str | None
+    errors: tuple[str, ...]
+
+
+def fabric_manager_of(data: Mapping[str, Any]) -> FabricManager:
+    """The record of :func:`parse_fabricmanager`'s data."""
+    active, errors = data.get("active"), data.get("errors")
+    return FabricManager(
+        active=active if isinstance(active, bool) else None,
+        state=data.get("state"),
+        version=data.get("version"),
+        errors=tuple(str(e) for e in errors) if isinstance(errors, Iterable) else (),
+    )

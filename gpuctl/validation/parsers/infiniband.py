@@ -31,7 +31,8 @@ What real outputs look like, and how this module copes (contract: docs/parse.md)
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.numbers import looks_numeric, number, to_int
@@ -217,6 +218,58 @@ def parse_ibstat(text: str) -> ParseResult:
 
     data = {"cas": cas, "errors": errors, "warnings": warnings}
     return ParseResult(IBSTAT, True, data, problems.result())
+
+
+@dataclass(frozen=True, slots=True)
+class IbstatPort:
+    """What a judge reads of one ``Port <n>:`` block; a field not shown (or ``N/A``) is None."""
+
+    state: str | None  # "Active", "Down", ...
+    physical_state: str | None  # "LinkUp", "Disabled", "Polling", ...
+    rate: int | float | None  # Gb/s as printed: finite (numbers.number), maybe below zero
+    link_layer: str | None  # "InfiniBand" | "Ethernet"
+    port_guid: str | None  # as printed ("0x...")
+
+
+@dataclass(frozen=True, slots=True)
+class IbstatCa:
+    """One ``CA '<name>'`` block (a CA printed twice: its last block)."""
+
+    node_guid: str | None
+    ports: Mapping[str, IbstatPort]  # the port number as printed ("1") -> port
+
+    def port(self, number: str) -> IbstatPort | None:
+        return self.ports.get(number)
+
+
+@dataclass(frozen=True, slots=True)
+class Ibstat:
+    """What ``ibstat`` listed: CA name -> CA, in output order, and the ibpanic/iberror lines
+    (the listing is incomplete)."""
+
+    cas: Mapping[str, IbstatCa]
+    errors: tuple[str, ...]
+
+
+def ibstat_of(data: Mapping[str, Any]) -> Ibstat:
+    """The record of a recognised ``ibstat`` parse (its ``data``, docs/parse.md)."""
+    cas = {
+        name: IbstatCa(
+            node_guid=ca["node_guid"],
+            ports={
+                number: IbstatPort(
+                    port["state"],
+                    port["physical_state"],
+                    port["rate"],
+                    port["link_layer"],
+                    port["port_guid"],
+                )
+                for number, port in ca["ports"].items()
+            },
+        )
+        for name, ca in data["cas"].items()
+    }
+    return Ibstat(cas=cas, errors=tuple(data["errors"]))
 
 
 # ------------------------------------------------------------------------------------------

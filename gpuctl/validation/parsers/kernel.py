@@ -13,11 +13,15 @@ Data (docs/parse.md has the full contract)::
     fallen_off_bus:  [{pci, timestamp}]        one per GPU (PCI address), first time seen
     sxid:            [{pci, sxid, message, severity, link, timestamp}]  NVSwitch error lines
     counts:          {"<xid>": number of events}
+
+What the judges read of it: :func:`kernel_log_of` (a :class:`KernelLog`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.numbers import to_int
@@ -227,4 +231,59 @@ def parse_xid(text: str) -> ParseResult:
         return ParseResult(KIND, True, data, ())
     return unrecognised(
         KIND, "no Xid/SXid lines and the text does not look like a kernel log (dmesg/journal)"
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# What the judges read
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """One NVRM Xid line: the GPU's PCI address, the Xid, the message after it (None: the
+    line has none; "" when the entry has no message at all) and the timestamp as printed
+    (None: the line had none)."""
+
+    pci: str | None
+    xid: int | None
+    message: str | None
+    timestamp: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FallenOffBus:
+    """A GPU that fell off the bus (``pci`` None: the line named no PCI address)."""
+
+    pci: str | None
+    timestamp: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLog:
+    """The kernel log's GPU events as the judges read them."""
+
+    events: tuple[XidEvent, ...]
+    fallen_off_bus: tuple[FallenOffBus, ...]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def kernel_log_of(data: Mapping[str, Any]) -> KernelLog:
+    """The record of :func:`parse_xid`'s data."""
+    return KernelLog(
+        events=tuple(
+            XidEvent(
+                pci=ev.get("pci"),
+                xid=ev["xid"] if isinstance(ev.get("xid"), int) else None,
+                message=ev.get("message", ""),
+                timestamp=_text(ev.get("timestamp")),
+            )
+            for ev in data.get("events") or ()
+        ),
+        fallen_off_bus=tuple(
+            FallenOffBus(pci=ev.get("pci"), timestamp=_text(ev.get("timestamp")))
+            for ev in data.get("fallen_off_bus") or ()
+        ),
     )

@@ -24,11 +24,15 @@ Data shape (docs/parse.md)::
     concluded: bool             # "# Collective test concluded" seen
     errors: [str]               # failure lines (verbatim, stripped)
     warnings: [str]             # "NCCL WARN" lines
+
+What the judges read of it: :func:`nccl_run_of` (an :class:`NcclRun`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.numbers import looks_numeric, number, to_float, to_int
@@ -332,3 +336,98 @@ def parse_nccl(text: str) -> ParseResult:
             "host names are placeholders (" + ", ".join(placeholders) + "): host set to None"
         )
     return ParseResult(KIND, True, data, tuple(problems))
+
+
+# ------------------------------------------------------------------------------------------
+# What the judges read
+
+
+@dataclass(frozen=True, slots=True)
+class NcclSide:
+    """One half of a result row (out-of-place or in-place) as parsed: None where the output
+    showed no number (a number the parser refused is None too, and named in its problems)."""
+
+    busbw: int | float | None
+    wrong: int | float | None
+
+
+@dataclass(frozen=True, slots=True)
+class NcclRow:
+    """One result row: the message size in bytes and both halves (None: the row has none)."""
+
+    size: int | float | None
+    out_of_place: NcclSide | None
+    in_place: NcclSide | None
+
+    def sides(self) -> tuple[tuple[str, NcclSide | None], ...]:
+        return (("out_of_place", self.out_of_place), ("in_place", self.in_place))
+
+
+@dataclass(frozen=True, slots=True)
+class NcclRank:
+    """A ``#  Rank`` line: where one rank ran (host None: a placeholder or not shown)."""
+
+    host: str | None
+    device: int | None
+    busid: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NcclRun:
+    """One nccl-tests output as the judges read it."""
+
+    rows: tuple[NcclRow, ...]
+    ranks: tuple[NcclRank, ...]
+    errors: tuple[str, ...]  # failure lines, verbatim
+    out_of_bounds: int | float | None
+
+    def table(self) -> list[dict[str, Any]]:
+        """The rows' sizes and bandwidths in the data shape (``rows``) that
+        :func:`gpuctl.validation.plausible.nccl_table_lie` reads."""
+        return [
+            {
+                "size": row.size,
+                "out_of_place": _busbw_only(row.out_of_place),
+                "in_place": _busbw_only(row.in_place),
+            }
+            for row in self.rows
+        ]
+
+
+def _busbw_only(side: NcclSide | None) -> dict[str, Any] | None:
+    return None if side is None else {"busbw": side.busbw}
+
+
+def _nccl_side(side: Any) -> NcclSide | None:
+    if type(side) is not dict and not isinstance(side, Mapping):
+        return None
+    return NcclSide(side.get("busbw"), side.get("wrong"))
+
+
+def nccl_rows_of(data: Mapping[str, Any]) -> tuple[NcclRow, ...]:
+    """The result rows of :func:`parse_nccl`'s data."""
+    return tuple(
+        [
+            NcclRow(
+                row.get("size"),
+                _nccl_side(row.get("out_of_place")),
+                _nccl_side(row.get("in_place")),
+            )
+            for row in data.get("rows") or ()
+        ]
+    )
+
+
+def nccl_run_of(data: Mapping[str, Any]) -> NcclRun:
+    """The record of :func:`parse_nccl`'s data."""
+    return NcclRun(
+        rows=nccl_rows_of(data),
+        ranks=tuple(
+            [
+                NcclRank(r.get("host"), r.get("device"), r.get("busid"))
+                for r in data.get("ranks") or ()
+            ]
+        ),
+        errors=tuple(data.get("errors") or ()),
+        out_of_bounds=data.get("out_of_bounds"),
+    )

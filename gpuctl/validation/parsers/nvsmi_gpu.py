@@ -1,12 +1,15 @@
 """One extractor for ``smi-q`` and ``smi-xml``: the documented per-GPU keys (docs/parse.md)
 pulled out of the tree of :mod:`gpuctl.validation.parsers.nvsmi_tree`, naming each spelling of a
 field (text label or XML tag, older or newer driver), and the read errors that matter for
-health. No parser is registered here.
+health; then what the judges read of that data (:func:`smi_of`, a :class:`SmiRecord`). No parser
+is registered here.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.parsers.nvsmi_tree import (
@@ -471,3 +474,165 @@ def extract(top: Node, gpus: list[tuple[Node, str | None]], problems: list[str])
             f"GPU section(s) {', '.join(cut)} end before 'Processes' (output truncated?)"
         )
     return data
+
+
+# ------------------------------------------------------------------------------------------
+# Records: what the judges read (gpuctl.validation.judges.gpus), built from the data above in
+# one place. A number the output did not show is None, never 0; a number is kept as it is,
+# also one that is not finite (a NaN a parser let through is judged "not a finite number").
+# A section that is absent, empty or not a mapping is None.
+
+
+@dataclass(frozen=True, slots=True)
+class EccCounters:
+    """One set of ECC error counters (``aggregate`` or ``volatile``)."""
+
+    sram_uncorrectable: int | float | None
+    sram_correctable: int | float | None
+    dram_correctable: int | float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RemappedRows:
+    """Row remapping: True/False as shown (any other value shown is False), None: not shown."""
+
+    pending: bool | None
+    failure: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class PcieLink:
+    width_current: int | float | None
+    width_max: int | float | None
+    gen_max: int | float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    """NVSwitch fabric registration (Hopper and later)."""
+
+    state: str | None
+    status: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRecord:
+    """One GPU of ``smi-q``/``smi-xml`` data."""
+
+    index: int | None
+    uuid: str | None
+    pci_bus_id: str | None
+    minor_number: int | str | None  # text: what stood where the number belongs
+    name: str | None
+    persistence_mode: str | None
+    ecc_aggregate: EccCounters | None
+    ecc_volatile: EccCounters | None
+    remapped_rows: RemappedRows | None
+    pcie: PcieLink | None
+    clocks_active: tuple[str, ...]  # clock event reasons shown Active, in output order
+    fabric: Fabric | None
+
+    @property
+    def subject(self) -> str:
+        return f"GPU{self.index}"
+
+    def ids(self) -> dict[str, Any]:
+        """What tells two GPUs apart, by the data's keys (for :func:`plausible.first_seen`)."""
+        return {
+            "uuid": self.uuid,
+            "pci_bus_id": self.pci_bus_id,
+            "minor_number": self.minor_number,
+            "index": self.index,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SmiRecord:
+    """``smi-q``/``smi-xml`` data as the judges read it: the driver and every GPU listed."""
+
+    driver_version: str | None
+    gpus: tuple[GpuRecord, ...]
+
+
+def _number(value: Any) -> int | float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else value if isinstance(value, str) else str(value)
+
+
+def _ident(value: Any) -> str | None:
+    """An identifier as text; a flag is no identifier."""
+    return None if isinstance(value, bool) else _text(value)
+
+
+def _flag(value: Any) -> bool | None:
+    return None if value is None else value is True
+
+
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    value = data.get(key)
+    return value if isinstance(value, Mapping) and value else None
+
+
+def _counters(ecc: Mapping[str, Any] | None, key: str) -> EccCounters | None:
+    sec = None if ecc is None else _section(ecc, key)
+    if sec is None:
+        return None
+    return EccCounters(
+        _number(sec.get("sram_uncorrectable")),
+        _number(sec.get("sram_correctable")),
+        _number(sec.get("dram_correctable")),
+    )
+
+
+def _gpu_record(gpu: Mapping[str, Any], position: int) -> GpuRecord:
+    ecc, remap = _section(gpu, "ecc"), _section(gpu, "remapped_rows")
+    pcie, fabric = _section(gpu, "pcie"), _section(gpu, "fabric")
+    reasons = _section(gpu, "clocks_event_reasons") or {}
+    minor = gpu.get("minor_number")
+    return GpuRecord(
+        index=_whole(gpu.get("index", position)),
+        uuid=_ident(gpu.get("uuid")),
+        pci_bus_id=_ident(gpu.get("pci_bus_id")),
+        minor_number=_whole(minor) if isinstance(minor, int) else _ident(minor),
+        name=_text(gpu.get("name")),
+        persistence_mode=_text(gpu.get("persistence_mode")),
+        ecc_aggregate=_counters(ecc, "aggregate"),
+        ecc_volatile=_counters(ecc, "volatile"),
+        remapped_rows=(
+            None
+            if remap is None
+            else RemappedRows(_flag(remap.get("pending")), _flag(remap.get("failure")))
+        ),
+        pcie=(
+            None
+            if pcie is None
+            else PcieLink(
+                _number(pcie.get("width_current")),
+                _number(pcie.get("width_max")),
+                _number(pcie.get("gen_max")),
+            )
+        ),
+        clocks_active=tuple(str(k) for k, v in reasons.items() if v is True),
+        fabric=(
+            None
+            if fabric is None
+            else Fabric(_text(fabric.get("state")), _text(fabric.get("status")))
+        ),
+    )
+
+
+def smi_of(data: Mapping[str, Any]) -> SmiRecord:
+    """The record of ``smi-q``/``smi-xml`` data (:func:`extract`'s shape)."""
+    gpus = data.get("gpus")
+    listed = gpus if isinstance(gpus, list | tuple) else []
+    return SmiRecord(
+        driver_version=_text(data.get("driver_version")),
+        gpus=tuple(_gpu_record(gpu, i) for i, gpu in enumerate(listed) if isinstance(gpu, Mapping)),
+    )

@@ -17,6 +17,8 @@ named in the GPU's ``errors`` list and in ``problems``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.numbers import number, to_int
@@ -627,6 +629,28 @@ def parse_nvlink(text: str) -> ParseResult:
         "inactive_links": sum(1 for x in all_links if x["active"] is False),
     }
     return ParseResult(kind, True, data, tuple(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class NvlinkGpu:
+    """A GPU of ``nvlink -s`` as the judges read it: index and UUID as printed, the numbers of
+    its links and of those shown ``<inactive>``."""
+
+    index: int | None
+    uuid: str | None
+    links: tuple[int | None, ...]
+    inactive: tuple[int | None, ...]
+
+
+def nvlink_gpus_of(data: Mapping[str, Any]) -> tuple[NvlinkGpu, ...]:
+    """The record of :func:`parse_nvlink`'s data."""
+    return tuple(_nvlink_gpu(g, g.get("links") or ()) for g in data.get("gpus") or ())
+
+
+def _nvlink_gpu(gpu: Mapping[str, Any], links: Sequence[Mapping[str, Any]]) -> NvlinkGpu:
+    numbers = tuple(x.get("link") for x in links)
+    down = tuple(x.get("link") for x in links if x.get("active") is False)
+    return NvlinkGpu(gpu.get("index"), gpu.get("uuid"), numbers, down)
 
 
 # ------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ Data shape (docs/parse.md)::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,3 +304,47 @@ def parse_perftest(text: str) -> ParseResult:
         prefix = f"block {index + 1} ({block.role()}): " if len(blocks) > 1 else ""
         problems += [prefix + p for p in block.problems()]
     return ParseResult(KIND, True, data, tuple(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class BwRow:
+    """A result row with a ``BW average`` slot: every row of a bandwidth test (the average None
+    where its column is not printed), a latency row only where that column is printed. Numbers
+    as printed (finite, numbers.number); None where the column is absent."""
+
+    bytes: int | float | None
+    bw_average: int | float | None  # in the record's bw_unit
+
+
+@dataclass(frozen=True, slots=True)
+class Perftest:
+    """What a judge reads of a recognised perftest output: the block with the first result rows
+    (else the first block), and how many result rows the parser read in all blocks together."""
+
+    test: str | None  # the title as printed: "RDMA_Write BW Test", "... Bidirectional ..."
+    bw_unit: str | None  # the unit in the BW column header as printed ("MB/sec", "Gb/sec")
+    dual_port: str | None  # the "Dual-port" setting as printed ("ON", "OFF")
+    bw_rows: tuple[BwRow, ...]
+    rows_read: int
+
+    @property
+    def bidirectional(self) -> bool:
+        return "bidirectional" in (self.test or "").lower()
+
+    @property
+    def two_ports(self) -> bool:
+        return (self.dual_port or "").strip().upper() == "ON"
+
+
+def perftest_of(data: Mapping[str, Any]) -> Perftest:
+    """The record of a recognised ``perftest`` parse (its ``data``, docs/parse.md)."""
+    blocks = data["blocks"] or [data]
+    return Perftest(
+        test=data["test"],
+        bw_unit=data["bw_unit"],
+        dual_port=data["settings"].get("Dual-port"),
+        bw_rows=tuple(
+            BwRow(row["bytes"], row["bw_average"]) for row in data["rows"] if "bw_average" in row
+        ),
+        rows_read=sum(len(b["rows"]) for b in blocks),
+    )

@@ -18,6 +18,8 @@ Data shapes (documented in docs/parse.md):
     nodes: [{<Key as printed>: value, ..., state, state_flags, gres, gres_gpus,
              reason, reason_user, reason_time}]
 
+What the judges read of ``scontrol-node``: :func:`scontrol_nodes_of` (:class:`ScontrolNode`).
+
 ``slurmd-conf``::
 
     node: {<Key>: value}              # numbers parsed (CPUs=192 -> 192)
@@ -27,6 +29,8 @@ Data shapes (documented in docs/parse.md):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.numbers import looks_numeric, number, plausible, to_float, to_int
@@ -444,6 +448,35 @@ def parse_scontrol_node(text: str) -> ParseResult:
             problems.append(f"node {node.get('NodeName')}: record looks cut off")
     data = {"nodes": nodes}
     return ParseResult(kind=SCONTROL_NODE, recognised=True, data=data, problems=tuple(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class ScontrolNode:
+    """A node of ``scontrol show node`` as the judges read it: ``NodeName``, the base state
+    (``idle``), the other state words and symbols (``DRAIN``, ``*``), the reason text."""
+
+    name: str | None
+    state: str | None
+    state_flags: tuple[str, ...]
+    reason: str | None
+
+    def state_record(self) -> dict[str, Any]:
+        """State and reason by the data's keys, as :meth:`gpuctl.slurm.SlurmNode.from_record`
+        reads a record."""
+        return {"state": self.state, "state_flags": list(self.state_flags), "reason": self.reason}
+
+
+def scontrol_nodes_of(data: Mapping[str, Any]) -> tuple[ScontrolNode, ...]:
+    """The records of :func:`parse_scontrol_node`'s data."""
+    return tuple(
+        ScontrolNode(
+            name=node.get("NodeName"),
+            state=node.get("state"),
+            state_flags=tuple(f) if isinstance(f := node.get("state_flags"), Iterable) else (),
+            reason=node.get("reason"),
+        )
+        for node in data.get("nodes") or ()
+    )
 
 
 # ------------------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ What real outputs look like, and how this module copes (contract: docs/parse.md)
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.numbers import number
@@ -424,6 +426,29 @@ def parse_topo(text: str) -> ParseResult:
             "NIC columns are labelled NIC<n> but no 'NIC Legend:' follows: names unknown"
         )
     return ParseResult(TOPO, True, data, tuple(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """``topo -m`` as the judges read it: the GPU columns as listed (a GPU listed twice is
+    there twice), the NICs (``NIC0``..), and the link token of each ordered device pair."""
+
+    gpus: tuple[str, ...]
+    nics: tuple[str, ...]
+    links: Mapping[str, Mapping[str, str | None]]
+
+    def link(self, a: str, b: str) -> str | None:
+        """The token from ``a`` to ``b`` (``NV18``, ``PIX``, ``SYS`` ...); None: not shown."""
+        return (self.links.get(a) or {}).get(b)
+
+
+def topology_of(data: Mapping[str, Any]) -> Topology:
+    """The record of :func:`parse_topo`'s data."""
+    return Topology(
+        gpus=tuple(data.get("gpus") or ()),
+        nics=tuple(nics) if isinstance(nics := data.get("nics"), Iterable) else (),
+        links=data.get("links") or {},
+    )
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from typing import Any
 
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, threshold_value
+from gpuctl.validation.parsers.nccl import nccl_rows_of
+from gpuctl.validation.parsers.topo import topology_of
 from gpuctl.validation.results import CheckResult
 
 
@@ -23,20 +25,23 @@ def node_charts(outputs: Outputs) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     topo = outputs.get("topo")
     if topo is not None and topo.failure() is None:
-        data = topo.parse_as("topo").data
-        devices = list(data.get("gpus") or []) + list(data.get("nics") or [])
+        matrix = topology_of(topo.parse_as("topo").data)
+        devices = [*matrix.gpus, *matrix.nics]
         if devices:
-            extra["topology"] = {"devices": devices, "links": data.get("links") or {}}
+            extra["topology"] = {"devices": devices, "links": matrix.links}
     nccl = outputs.get("nccl")
     if nccl is not None and nccl.failure() is None:
-        rows = nccl.parse_as("nccl").data.get("rows") or []
+        sizes_busbw = [
+            (r.size, r.out_of_place.busbw if r.out_of_place is not None else None)
+            for r in nccl_rows_of(nccl.parse_as("nccl").data)
+        ]
         curve = [
-            [float(r["size"]), float(r["out_of_place"]["busbw"])]
-            for r in rows
-            if isinstance(r.get("size"), int | float)
-            and isinstance((r.get("out_of_place") or {}).get("busbw"), int | float)
-            and math.isfinite(r["size"])
-            and math.isfinite(r["out_of_place"]["busbw"])
+            [float(size), float(busbw)]
+            for size, busbw in sizes_busbw
+            if isinstance(size, int | float)
+            and isinstance(busbw, int | float)
+            and math.isfinite(size)
+            and math.isfinite(busbw)
         ]
         if curve:
             extra["nccl"] = curve
