@@ -33,10 +33,11 @@ def ansible_playbook(
 
 
 def run_local_play(
-    tmp: Path, play: object, env: Mapping[str, str] | None = None
+    tmp: Path, play: object, env: Mapping[str, str] | None = None, *, check: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """Write ``play`` (a list of plays) to ``tmp/play.yml`` and run it on localhost with the
-    local connection and this interpreter; never raises on the playbook's exit status."""
+    local connection and this interpreter (``check``: in check mode); never raises on the
+    playbook's exit status."""
     import yaml
 
     (tmp / "play.yml").write_text(yaml.safe_dump(play))
@@ -49,6 +50,7 @@ def run_local_play(
             "local",
             "-e",
             f"ansible_python_interpreter={sys.executable}",
+            *(["--check"] if check else []),
             str(tmp / "play.yml"),
         ],
         env,

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from helpers import ROOT
-from playbook_run import ansible_playbook
+from playbook_run import run_local_play
 
 ROLES = ROOT / "playbooks" / "roles"
 TASK = "TASK [pinned_packages : At the pinned version (apt): tar]"
@@ -51,23 +50,12 @@ def _check_mode(tmp: Path, version: str) -> subprocess.CompletedProcess[str]:
     }
     (wrapper / "main.yml").write_text(yaml.safe_dump([include]), encoding="utf-8")
     play = [{"hosts": "localhost", "gather_facts": True, "roles": ["wrapper"]}]
-    (tmp / "play.yml").write_text(yaml.safe_dump(play), encoding="utf-8")
     env = {
         "ANSIBLE_ROLES_PATH": f"{tmp / 'roles'}:{ROLES}",
         "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
         "ANSIBLE_GATHER_SUBSET": "min",
     }
-    args = [
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "--check",
-        str(tmp / "play.yml"),
-    ]
-    return ansible_playbook(tmp, args, env)
+    return run_local_play(tmp, play, env, check=True)
 
 
 def test_a_version_apt_does_not_have_is_planned_as_a_change_in_check_mode(tmp_path: Path) -> None:
