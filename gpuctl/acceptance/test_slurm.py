@@ -11,7 +11,7 @@ import pytest
 
 from gpuctl.acceptance import expect
 from gpuctl.acceptance.plugin import Node, assert_packages, assert_services, fail
-from gpuctl.slurm import SlurmNode
+from gpuctl.slurm import SlurmNode, show_argv
 from gpuctl.validation.parsing import parse
 
 
@@ -53,7 +53,7 @@ def test_slurm_reaches_controller(node: Node) -> None:
 @pytest.mark.applies_to("role_compute")
 def test_slurm_node_state(node: Node) -> None:
     """The controller has the node in service, with the group's GPUs as gres."""
-    out = node.check_output("scontrol", "show", "node", node.name)
+    out = node.check_output(*show_argv(node.name))
     parsed = parse("scontrol-node", out)
     records = [n for n in parsed.data.get("nodes", []) if n.get("NodeName") == node.name]
     if not parsed.recognised or not records:

@@ -40,6 +40,7 @@ from gpuctl.remote import (
     Unreachable,
     connect,
 )
+from gpuctl.slurm import show_argv
 from gpuctl.validation import multinode, multinode_collect
 from gpuctl.validation import pairs as pairing
 from gpuctl.validation.bundle import (
@@ -452,7 +453,7 @@ class Collector:
             multinode_collect.write_not_measured(out, groups, why)
             return
         try:
-            argv = ("scontrol", "show", "node")
+            argv = show_argv()
             res = self._run(session, argv, multinode.SCONTROL_TIMEOUT_S)
             slurm: dict[str, dict[str, Any]] | str
             if res.rc != 0 or res.error is not None or res.timed_out:
