@@ -11,11 +11,22 @@ Data shapes (documented in docs/parse.md):
     metadata: {label: str}           # every Metadata row as printed (text), or JSON metadata
     tests: [{name, category, result, gpus: {gpu: result}, all_gpus: bool,
              messages: [{level, text, gpu}]}]
+        # result: Pass | Fail | Warn | Skip | Not Run, the worst of the test's own word and its
+        # per-GPU rows (DCGM 4: "GPU5: Fail"); gpu of a message: "5" for a "Warning: GPU5" row
     section_messages: [{category, level, text}]  # Error/Warning/Info rows with no test above
+    errors: [str]                    # dcgmi's own "Error: ..." lines outside the table
     summary: {"Pass": n, "Fail": n, "Warn": n, "Skip": n}
     runtime_error: str | None        # JSON "runtime_error" (the diagnostic did not run)
     complete: bool                   # header and closing border seen (text) / JSON parsed
     overall: "Pass" | "Fail" | None
+
+Text layouts: DCGM 2.x/3.x (``Denylist`` ... Deployment rows, ``Pass - All`` /
+``Fail - GPU: 0``) and DCGM 4.x (NVIDIA/DCGM dcgmi/Diag.cpp, HelperDisplayAsCli: lower-case
+test names, the test's own ``Pass|Fail|Skip|Warn`` then one ``GPUn: <result>`` row per GPU, a
+test-wide error as a ``Warning`` row, a GPU's error as a ``Warning: GPUn`` row after it; with
+``-v`` also ``Info`` / ``Info: GPUn`` rows). Output that is only dcgmi's ``Error: ...`` (no
+table; DCGM 4 prints a system error so and exits 226) is not recognised, its lines kept in
+``errors``.
 
 ``dcgm-nvlink``::
 
@@ -40,7 +51,12 @@ DIAG = "dcgm-diag"
 NVLINK = "dcgm-nvlink"
 
 RESULTS = ("Pass", "Fail", "Warn", "Skip")
+NOT_RUN = "Not Run"  # DCGM 4's word for a GPU a test did not run on (Diag.cpp)
 _MESSAGE_LEVELS = {"warning": "Warning", "error": "Error", "info": "Info"}
+# "Warning", "Info: GPU5", "Warning: CPU0" (DCGM 4 names the entity in the name cell)
+_MESSAGE_NAME = re.compile(r"^(Warning|Error|Info)(?::\s*([A-Za-z_]+?)(\d+))?$", re.IGNORECASE)
+# DCGM 4's per-entity row: "GPU0: Pass", "CPU1: Skip", "GPU3: Not Run"
+_ENTITY_RESULT = re.compile(r"^([A-Za-z_]+?)(\d+):\s*(Pass|Fail|Warn|Skip|Not Run)$", re.IGNORECASE)
 
 # "+-----  Integration  -------+-----...+" or "|-----  Deployment  --------+-----...|"
 _SECTION = re.compile(r"^[|+]-+\s+([A-Za-z][A-Za-z0-9 /]*?)\s+-+\+-+[|+]?\s*$")
@@ -65,16 +81,25 @@ def _norm_result(word: str) -> str | None:
         "warning": "Warn",
         "skip": "Skip",
         "skipped": "Skip",
+        "not run": NOT_RUN,
     }
     return table.get(low)
 
 
-def _aggregate(results: list[str | None]) -> str | None:
-    """One result for a test from its per-GPU results: Fail > Warn > Pass > Skip."""
-    for word in ("Fail", "Warn", "Pass", "Skip"):
-        if word in results:
+def _aggregate(results: Iterable[str | None]) -> str | None:
+    """One result for a test from its own and its per-GPU results: Fail > Warn > Pass > Skip >
+    Not Run (a test that passed on some GPUs and was skipped on others passed; the judge reads
+    the skipped GPUs)."""
+    seen = set(results)
+    for word in ("Fail", "Warn", "Pass", "Skip", NOT_RUN):
+        if word in seen:
             return word
     return None
+
+
+def _entity_key(group: str, ident: str) -> str:
+    """``GPU``/``5`` -> ``5``; any other entity ``cpu:0`` (as the JSON layouts name them)."""
+    return ident if group.upper() == "GPU" else f"{group.lower()}:{ident}"
 
 
 def _gpu_ids(text: str) -> list[str]:
@@ -120,7 +145,9 @@ def _join_wrapped(chunks: list[str], widths: list[int | None]) -> str:
     for i, (raw, width) in enumerate(zip(chunks, widths, strict=True)):
         body = raw[1:] if raw.startswith(" ") else raw
         if width is not None and len(body) >= width:
-            body = body[:width]
+            # a wrapped chunk is 45 characters; a plain value may fill all 46 (8 device ids)
+            wide = body[: width + 1]
+            body = wide if len(wide.rstrip(" ")) > width else body[:width]
         if i == len(chunks) - 1:
             out += body.rstrip()
             break
@@ -135,10 +162,11 @@ def _join_wrapped(chunks: list[str], widths: list[int | None]) -> str:
 def _parse_diag_text(text: str) -> ParseResult:
     lines = text.split("\n")
     problems: list[str] = []
-    banners: list[str] = []
+    errors: list[str] = []  # dcgmi's "Error: ..." lines outside the table, with what follows
     rows: list[_Row] = []
     category: str | None = None
     saw_header = saw_section = closed = False
+    in_error = False  # the previous line outside the table was (part of) an error
     unclosed_rows = 0
     current: _Row | None = None
     headers = 0
@@ -147,12 +175,13 @@ def _parse_diag_text(text: str) -> ParseResult:
         line = raw.rstrip("\n").replace("\t", "    ")
         stripped = line.strip()
         if not stripped:
+            in_error = False
             continue
         if _HEADER.match(stripped):
             saw_header = True
             headers += 1
             current = None
-            closed = False
+            closed = in_error = False
             continue
         if _DOUBLE.match(stripped):
             continue
@@ -161,23 +190,29 @@ def _parse_diag_text(text: str) -> ParseResult:
             saw_section = True
             category = section.group(1).strip()
             current = None
-            closed = False
+            closed = in_error = False
             continue
         if _BORDER.match(stripped):
             # the top border comes before anything else; a border after rows is the footer
             if rows or saw_section:
                 closed = True
             current = None
+            in_error = False
             continue
         cells = _split_row(line.lstrip())
         if cells is None:
+            outside = closed or not (rows or saw_header)
             if stripped.startswith(("Error", "error", "ERROR")):
-                banners.append(stripped)
+                errors.append(stripped)
+                in_error = outside
+            elif in_error and outside:
+                errors[-1] += "\n" + stripped  # dcgmi prints DCGM's system errors below
             elif stripped.startswith("Successfully ran diagnostic"):
                 pass
             elif rows or saw_header:
                 problems.append(f"unexpected line in the diag table: {stripped[:80]!r}")
             continue
+        in_error = False
         name_cell, value_cell, row_closed = cells
         if not row_closed:
             unclosed_rows += 1
@@ -194,8 +229,9 @@ def _parse_diag_text(text: str) -> ParseResult:
 
     looks_like_diag = saw_header or saw_section or any(_is_result_row(r) for r in rows)
     if not looks_like_diag:
-        if banners:
-            return unrecognised(DIAG, f"no diag table, only an error: {banners[0][:200]}")
+        if errors:
+            first = errors[0].replace("\n", " ")
+            return unrecognised(DIAG, f"no diag table, only an error: {first[:200]}", errors=errors)
         return unrecognised(DIAG, "no dcgmi diag table (no 'Diagnostic | Result' header)")
 
     metadata: dict[str, str | None] = {}
@@ -203,23 +239,43 @@ def _parse_diag_text(text: str) -> ParseResult:
     section_messages: list[dict[str, Any]] = []
     last_test: dict[str, Any] | None = None
     for row in rows:
-        level = _MESSAGE_LEVELS.get(row.name.lower())
         if row.category is not None and row.category.lower() == "metadata":
             value = _join_wrapped(row.chunks, row.widths)
             metadata[row.name] = value or None
             continue
-        if level is not None:
-            message = {"level": level, "text": _join_wrapped(row.chunks, row.widths), "gpu": None}
-            if last_test is not None and last_test["category"] == row.category:
-                last_test["messages"].append(message)
-            else:
-                section_messages.append(
-                    {"category": row.category, "level": level, "text": message["text"]}
-                )
+        named = _MESSAGE_NAME.match(row.name)
+        if named is None:
+            last_test = _text_test(row, problems)
+            tests.append(last_test)
             continue
-        last_test = _text_test(row, problems)
-        tests.append(last_test)
+        # a message row; DCGM 4 goes on with the next GPU's "GPUn: <result>" rows below it
+        level = _MESSAGE_LEVELS[named.group(1).lower()]
+        cut = next(
+            (i for i, c in enumerate(row.chunks) if i and _ENTITY_RESULT.match(c.strip())),
+            len(row.chunks),
+        )
+        message = {
+            "level": level,
+            "text": _join_wrapped(row.chunks[:cut], row.widths[:cut]),
+            "gpu": _entity_key(named.group(2), named.group(3)) if named.group(2) else None,
+        }
+        same = last_test is not None and last_test["category"] == row.category
+        # DCGM 3 prints a Deployment check's Error rows under that check's own (failed) row;
+        # an Error under a check that passed is not that check's (old tools, the lab's stand-in)
+        if last_test is not None and same and not (level == "Error" and _passed(last_test)):
+            last_test["messages"].append(message)
+        else:
+            section_messages.append(
+                {"category": row.category, "level": level, "text": message["text"]}
+            )
+        if cut < len(row.chunks):
+            if last_test is None or not same:
+                problems.append(f"per-GPU rows with no test above them: {row.chunks[cut]!r}")
+            else:
+                _entity_rows(last_test, row.chunks[cut:], problems)
 
+    for test in tests:
+        test["result"] = _aggregate([*test.pop("_words"), *test["gpus"].values()])
     if headers > 1:
         problems.append(f"{headers} diag tables (iterations?): their rows are listed together")
     if not saw_header:
@@ -228,12 +284,16 @@ def _parse_diag_text(text: str) -> ParseResult:
         problems.append(f"{unclosed_rows} row(s) without a closing '|': cut off")
     if not closed:
         problems.append("no closing border after the last row: the table is incomplete")
-    for banner in banners:
-        problems.append(f"dcgmi error: {banner[:200]}")
+    for banner in errors:
+        problems.append(f"dcgmi error: {banner.replace(chr(10), ' ')[:200]}")
     complete = saw_header and closed and unclosed_rows == 0
     if not tests and complete:
         problems.append("the table lists no tests")
-    return _diag_result("text", tests, section_messages, metadata, None, complete, problems)
+    return _diag_result("text", tests, section_messages, metadata, None, complete, problems, errors)
+
+
+def _passed(test: dict[str, Any]) -> bool:
+    return "Pass" in test["_words"] and not {"Fail", "Warn"} & set(test["_words"])
 
 
 def _is_result_row(row: _Row) -> bool:
@@ -242,13 +302,28 @@ def _is_result_row(row: _Row) -> bool:
     return bool(_RESULT.match(row.chunks[0].strip()))
 
 
+def _entity_rows(test: dict[str, Any], chunks: list[str], problems: list[str]) -> None:
+    """DCGM 4's ``GPUn: <result>`` rows into the test's ``gpus``."""
+    for chunk in chunks:
+        match = _ENTITY_RESULT.match(chunk.strip())
+        word = _norm_result(match.group(3)) if match else None
+        if match is None or word is None:
+            problems.append(f"{test['name']}: unrecognised per-GPU row {chunk.strip()[:60]!r}")
+            continue
+        key = _entity_key(match.group(1), match.group(2))
+        if key in test["gpus"]:
+            problems.append(f"{test['name']}: {match.group(1)}{match.group(2)} listed twice")
+        test["gpus"][key] = word
+
+
 def _text_test(row: _Row, problems: list[str]) -> dict[str, Any]:
     gpus: dict[str, str] = {}
     all_gpus = False
-    results: list[str | None] = []
+    words: list[str | None] = []
     messages: list[dict[str, Any]] = []
     last_word: str | None = None
     code: str | None = None
+    test: dict[str, Any] = {"name": row.name, "category": row.category, "result": None}
     for chunk in row.chunks:
         value = chunk.strip()
         if not value:
@@ -257,12 +332,16 @@ def _text_test(row: _Row, problems: list[str]) -> dict[str, Any]:
         if match:
             word = _norm_result(match.group(1))
             last_word = word
-            results.append(word)
+            words.append(word)
             if match.group(2):
                 all_gpus = True
             elif match.group(3) is not None and word is not None:
                 for gpu in _gpu_ids(match.group(3)):
                     gpus[gpu] = word
+            continue
+        if words and _ENTITY_RESULT.match(value):
+            test["gpus"] = gpus
+            _entity_rows(test, [value], problems)
             continue
         if last_word is not None and _GPU_LIST_CONT.match(value):
             for gpu in _gpu_ids(value):
@@ -274,14 +353,7 @@ def _text_test(row: _Row, problems: list[str]) -> dict[str, Any]:
             continue
         problems.append(f"{row.name}: unrecognised result {value[:60]!r}")
         messages.append({"level": "Info", "text": value, "gpu": None})
-    test: dict[str, Any] = {
-        "name": row.name,
-        "category": row.category,
-        "result": _aggregate(results),
-        "gpus": gpus,
-        "all_gpus": all_gpus,
-        "messages": messages,
-    }
+    test.update(gpus=gpus, all_gpus=all_gpus, messages=messages, _words=words)
     if code is not None:
         test["code"] = code
     return test
@@ -295,6 +367,7 @@ def _diag_result(
     runtime_error: str | None,
     complete: bool,
     problems: list[str],
+    errors: list[str] | None = None,
 ) -> ParseResult:
     def meta(*keys: str) -> Any:
         for key in keys:
@@ -315,11 +388,11 @@ def _diag_result(
         device_ids = [str(d) for d in dev_ids]
 
     summary = {word: sum(1 for t in tests if t["result"] == word) for word in RESULTS}
-    errors = any(m["level"] == "Error" for m in section_messages) or any(
+    error_rows = any(m["level"] == "Error" for m in section_messages) or any(
         m["level"] == "Error" for t in tests for m in t["messages"]
     )
     overall: str | None
-    if summary["Fail"] or errors:
+    if summary["Fail"] or error_rows:
         overall = "Fail"
     elif not complete or not tests or runtime_error is not None:
         overall = None
@@ -336,6 +409,7 @@ def _diag_result(
         "metadata": metadata,
         "tests": tests,
         "section_messages": section_messages,
+        "errors": errors or [],
         "summary": summary,
         "runtime_error": runtime_error,
         "complete": complete,
@@ -533,36 +607,84 @@ def parse_dcgm_diag(text: str) -> ParseResult:
 
 
 @dataclass(frozen=True, slots=True)
+class DcgmNote:
+    """One Error/Warning/Info row as DCGM printed it; ``gpu``: the GPU its name cell names
+    (DCGM 4 ``Warning: GPU5``), None for a test-wide one."""
+
+    level: str
+    text: str
+    gpu: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DcgmTest:
-    """One diagnostic test: its name, its result word (``Pass``/``Fail``/``Warn``/``Skip``;
-    None: none recognisable) and its Error/Warning/Info messages, each as the evidence shows
-    it (its entry in the data, ``{'level': ..., 'text': ..., 'gpu': ...}``, printed)."""
+    """One diagnostic test: its name, its result word (``Pass``/``Fail``/``Warn``/``Skip``/
+    ``Not Run``; None: none recognisable) and its Error/Warning/Info messages, each as the
+    evidence shows it (its entry in the data, ``{'level': ..., 'text': ..., 'gpu': ...}``,
+    printed). ``gpus``: per GPU (or ``cpu:0`` ...) result; ``notes``: the messages as records."""
 
     name: str | None
     result: str | None
     messages: tuple[str, ...]
+    category: str | None = None
+    gpus: tuple[tuple[str, str], ...] = ()
+    notes: tuple[DcgmNote, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class DcgmDiag:
-    """A ``dcgmi diag`` run as the judges read it; ``overall`` None: the output is incomplete."""
+    """A ``dcgmi diag`` run as the judges read it; ``overall`` None: the output is incomplete.
+    ``orphans``: Error/Warning/Info rows under no test (with their section); ``errors``:
+    dcgmi's own ``Error: ...`` lines outside the table; ``complete``: the whole table."""
 
     tests: tuple[DcgmTest, ...]
     overall: str | None
+    version: str | None = None
+    complete: bool = False
+    orphans: tuple[tuple[str | None, DcgmNote], ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+def _note(entry: Any) -> DcgmNote | None:
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("text"), str):
+        return None
+    gpu = entry.get("gpu")
+    return DcgmNote(
+        str(entry.get("level") or "Info"), entry["text"], gpu if isinstance(gpu, str) else None
+    )
 
 
 def diag_of(data: Mapping[str, Any]) -> DcgmDiag:
     """The record of :func:`parse_dcgm_diag`'s data."""
-    return DcgmDiag(
-        tests=tuple(
+    tests = []
+    for test in data.get("tests") or ():
+        gpus = test.get("gpus")
+        tests.append(
             DcgmTest(
                 name=test.get("name"),
                 result=test.get("result"),
                 messages=tuple(str(m) for m in _listed(test.get("messages"))),
+                category=test.get("category"),
+                gpus=tuple((str(k), str(v)) for k, v in gpus.items())
+                if isinstance(gpus, Mapping)
+                else (),
+                notes=tuple(n for n in map(_note, _listed(test.get("messages"))) if n),
             )
-            for test in data.get("tests") or ()
-        ),
+        )
+    orphans = []
+    for entry in _listed(data.get("section_messages")):
+        note = _note(entry)
+        if note is not None:
+            category = entry.get("category")
+            orphans.append((category if isinstance(category, str) else None, note))
+    version = data.get("version")
+    return DcgmDiag(
+        tests=tuple(tests),
         overall=data.get("overall"),
+        version=version if isinstance(version, str) else None,
+        complete=data.get("complete") is True,
+        orphans=tuple(orphans),
+        errors=tuple(str(e) for e in _listed(data.get("errors"))),
     )
 
 
