@@ -19,6 +19,7 @@ arithmetic a judge does with a few of them stays finite.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -92,6 +93,19 @@ def number(text: str | None) -> int | float | None:
     ``1e400``, 5,000 digits -> None."""
     if text is None:
         return None
+    if len(text) <= _CACHED_TEXT:
+        return _number(text)
+    value = to_int(text)
+    return value if value is not None else to_float(text)
+
+
+# Outputs of a fleet repeat the same few thousand short numbers ("0", "80", "N/A"): the
+# conversion of a short text is remembered (a pure function of its text).
+_CACHED_TEXT = 40
+
+
+@functools.lru_cache(maxsize=32768)
+def _number(text: str) -> int | float | None:
     value = to_int(text)
     return value if value is not None else to_float(text)
 

@@ -3,6 +3,11 @@ as XML, in the element names, nesting and tab indentation of a real 590-driver (
 tests/fixtures/nvidia-smi/nvsmi-q-x-rtx-a5000-2gpu-590.txt. Where that capture's card lacks a
 section the H100 text has (the T.Limit temperatures, ``gpu_reset_status``), the element names
 are those of the v12 A100 capture / the DTD. Standard library only (runs inside lab nodes).
+
+A profile whose driver is of the R570 branch or older (the lab's 570.172.08) gets the layout
+of that branch (DTD v12, as the real 570.124.04 capture
+tests/fixtures/nvidia-smi/nvsmi-q-x-rtx3060-1gpu-570.txt prints it): without the elements that
+first appear in the 590 capture, and with ``<voltage>`` before ``<fabric>``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,22 @@ from .common import Faults, Profile
 from .nvsmi import gpu_values, selected_gpus
 
 DOCTYPE = '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">'
+DOCTYPE_V12 = '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">'
+# The newest branch whose -q -x layout is the v12 one (570.124.04 prints v12, 590.44.01 v13).
+LAST_V12_BRANCH = 570
+# One-line elements of the 590 (v13) capture that the 570 (v12) capture does not print.
+_V13_ELEMENTS = (
+    "display_attached",
+    "pdi",
+    "channel_repair_pending",
+    "tpc_repair_pending",
+    "unrepairable_memory",
+    "edpp_multiplier",
+    "summary",
+    "incorrect_configuration",
+)
+_V13_BLOCKS = ("clocks_event_reasons_counters",)  # whole sections, v13 only
+_V12_VOLTAGE = "    <voltage>\n        <graphics_volt>N/A</graphics_volt>\n    </voltage>\n"
 
 # Written with four blanks a level; turned into the tabs nvidia-smi prints below.
 # fmt: off
@@ -351,7 +372,35 @@ def _tabs(text: str, depth: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def _v12(template: str) -> str:
+    """The 590 template in the 570 layout (see the module's docstring)."""
+    out: list[str] = []
+    skipping = ""
+    for line in template.splitlines(keepends=True):
+        body = line.strip()
+        if skipping:
+            skipping = "" if body == f"</{skipping}>" else skipping
+            continue
+        tag = body[1:].split(">", 1)[0]
+        if tag in _V13_BLOCKS:
+            skipping = tag
+            continue
+        if tag in _V13_ELEMENTS and body.endswith(f"</{tag}>"):
+            continue
+        if body == "<fabric>":
+            out.append(_V12_VOLTAGE)
+        out.append(line)
+    return "".join(out)
+
+
 GPU_XML = _tabs(_GPU_TEMPLATE, 1)
+GPU_XML_V12 = _tabs(_v12(_GPU_TEMPLATE), 1)
+
+
+def v12_layout(profile: Profile) -> bool:
+    """Whether the profile's driver branch prints the v12 layout (R570 and older)."""
+    branch = str(profile["driver_version"]).split(".", 1)[0]
+    return branch.isdigit() and int(branch) <= LAST_V12_BRANCH
 
 
 def query_xml(
@@ -363,9 +412,11 @@ def query_xml(
 ) -> str:
     """``nvidia-smi -q -x`` (``only``: ``-i INDEX``, that GPU alone)."""
     gpus, stamp = selected_gpus(profile, faults, node, only, timestamp)
+    old = v12_layout(profile)
+    template = GPU_XML_V12 if old else GPU_XML
     parts = [
         '<?xml version="1.0" ?>\n',
-        f"{DOCTYPE}\n",
+        f"{DOCTYPE_V12 if old else DOCTYPE}\n",
         "<nvidia_smi_log>\n",
         f"\t<timestamp>{escape(stamp)}</timestamp>\n",
         f"\t<driver_version>{escape(str(profile['driver_version']))}</driver_version>\n",
@@ -380,7 +431,7 @@ def query_xml(
         for key in ("pci_bus", "device_id", "subsys_id"):
             text[f"xml_{key}"] = escape(str(values[key]).removeprefix("0x"))
         text["xml_hw_therm_us"] = "1520000" if values["cer_hw"] == "Active" else "0"
-        parts.append(GPU_XML.format(**text))
+        parts.append(template.format(**text))
         parts.append("\n")
     parts.append("</nvidia_smi_log>\n")
     return "".join(parts)

@@ -1,8 +1,14 @@
-"""The per-GPU block of `nvidia-smi -q`, copied from a real 565-driver H100 capture.
+"""The per-GPU block of `nvidia-smi -q`, copied from a real 565-driver H100 capture, with the
+labels of the R570 branch the lab installs (570.172.08).
 
 Layout (indentation, the column of the colon, trailing blanks) is verbatim from
 tests/fixtures/nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt; the values that vary are
 ``str.format`` fields (``{sp}``: a trailing blank) filled by :mod:`gpuctl.lab.sim.nvsmi`.
+R570 (tests/fixtures/nvidia-smi/nvsmi-q-full-rtx5090-1gpu-570.txt; the 595 and 610 captures
+print them the same) renamed the Platform Info fields (Chassis Serial Number ... GPU Fabric
+GUID), ``Gpu`` to ``GPU`` under Utilization, ``Power Draw`` to ``Average``/``Instantaneous Power
+Draw``, and added DRAM Encryption Mode, Power Smoothing, Workload Power Profiles and three
+Fabric Health fields; those values are N/A, as the XML stand-in prints them.
 """
 
 from __future__ import annotations
@@ -35,12 +41,13 @@ GPU {bus_id}
     GPU Part Number                       : 2330-885-A1
     FRU Part Number                       : N/A
     Platform Info
-        RACK Serial Number                : N/A
-        Chassis Physical Slot Number      : N/A
-        Compute Slot Index                : N/A
-        Node Index                        : N/A
+        Chassis Serial Number             : N/A
+        Slot Number                       : N/A
+        Tray Index                        : N/A
+        Host ID                           : N/A
         Peer Type                         : N/A
         Module Id                         : {module_id}
+        GPU Fabric GUID                   : N/A
     Inforom Version
         Image Version                     : {inforom}
         OEM Object                        : 2.1
@@ -120,7 +127,7 @@ GPU {bus_id}
         Free                              : 0 MiB
     Compute Mode                          : Default
     Utilization
-        Gpu                               : 0 %
+        GPU                               : 0 %
         Memory                            : 0 %
         Encoder                           : 0 %
         Decoder                           : 0 %
@@ -134,6 +141,9 @@ GPU {bus_id}
         Active Sessions                   : 0
         Average FPS                       : 0
         Average Latency                   : 0
+    DRAM Encryption Mode
+        Current                           : N/A
+        Pending                           : N/A
     ECC Mode
         Current                           : Enabled
         Pending                           : Enabled
@@ -182,21 +192,28 @@ GPU {bus_id}
         Memory Current Temp               : {mem_temp} C
         Memory Max Operating T.Limit Temp : 0 C
     GPU Power Readings
-        Power Draw                        : {power_draw} W
+        Average Power Draw                : {power_draw} W
+        Instantaneous Power Draw          : {power_draw} W
         Current Power Limit               : {power_limit} W
         Requested Power Limit             : {power_limit} W
         Default Power Limit               : {power_limit} W
         Min Power Limit                   : {power_min} W
         Max Power Limit                   : {power_limit} W
     GPU Memory Power Readings{sp}
-        Power Draw                        : 69.61 W
+        Average Power Draw                : 69.61 W
+        Instantaneous Power Draw          : 69.61 W
     Module Power Readings
-        Power Draw                        : N/A
+        Average Power Draw                : N/A
+        Instantaneous Power Draw          : N/A
         Current Power Limit               : N/A
         Requested Power Limit             : N/A
         Default Power Limit               : N/A
         Min Power Limit                   : N/A
         Max Power Limit                   : N/A
+    Power Smoothing                       : N/A
+    Workload Power Profiles
+        Requested Profiles                : N/A
+        Enforced Profiles                 : N/A
     Clocks
         Graphics                          : {clk_gr} MHz
         SM                                : {clk_gr} MHz
@@ -229,6 +246,9 @@ GPU {bus_id}
         ClusterUUID                       : {cluster_uuid}
         Health
             Bandwidth                     : N/A
+            Route Recovery in progress    : N/A
+            Route Unhealthy               : N/A
+            Access Timeout Recovery       : N/A
     Processes                             : None
     Capabilities
         EGM                               : disabled

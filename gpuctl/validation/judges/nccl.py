@@ -1,4 +1,11 @@
-"""Single-node nccl-tests all_reduce_perf: errors, wrong results, ranks, bus bandwidth."""
+"""Single-node nccl-tests all_reduce_perf: errors, wrong results, ranks, bus bandwidth.
+
+The busbw threshold is the bandwidth of a full-size run: every GPU of the node, up to the
+message size the threshold is defined at. data/gpu_models.yml records no size with its
+numbers, so that size is what the probe asks for (``-e`` of the ``nccl`` probe in
+:mod:`gpuctl.validation.probes`). A run on fewer GPUs, or one that stopped below that size
+(nccl-tests lowers -e to what fits in memory), is not judged against it: UNKNOWN, saying why.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +16,24 @@ from gpuctl.config.catalog import (
 )
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
-from gpuctl.validation.parsers.nccl import NcclRank, nccl_run_of
+from gpuctl.validation.parsers.nccl import NcclRank, NcclRun, nccl_run_of, nccl_size
 from gpuctl.validation.plausible import (
     finite,
     nccl_table_lie,
     not_finite,
     show_number,
 )
+from gpuctl.validation.probes import PROBES
 from gpuctl.validation.results import CheckResult, Verdict
+
+
+def threshold_size() -> int | None:
+    """The message size (bytes) the busbw threshold is defined at: the ``-e`` the nccl probe
+    passes to all_reduce_perf (8G = 8589934592 B)."""
+    for probe in PROBES:
+        if probe.kind == "nccl" and "-e" in probe.argv[:-1]:
+            return nccl_size(probe.argv[probe.argv.index("-e") + 1])
+    return None
 
 
 @node_judge("nccl")
@@ -97,6 +114,19 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                 unit="GB/s",
             )
         )
+    elif busbw is not None and (smaller := _smaller_than_asked(exp, run, size)) is not None:
+        out.append(
+            finding(
+                exp,
+                "nccl.busbw",
+                Verdict.UNKNOWN,
+                f"busbw {busbw:g} GB/s at {size} B not judged against {threshold:g}: {smaller}",
+                measured=busbw,
+                expected=threshold,
+                unit="GB/s",
+                source=exp.sources.get("nccl_all_reduce_busbw_gbs"),
+            )
+        )
     elif busbw is not None:
         ok = busbw >= threshold
         out.append(
@@ -112,6 +142,26 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
             )
         )
     return out
+
+
+def _smaller_than_asked(exp: NodeExpectation, run: NcclRun, size: object) -> str | None:
+    """Why the run is smaller than the one the threshold is defined for, or None."""
+    used = run.gpus_used
+    if used is None:
+        return (
+            "the output lists no devices ('#  Rank' lines): on how many of the node's "
+            f"{exp.gpu_count} GPUs it ran is unknown"
+        )
+    if used < exp.gpu_count:
+        return f"ran on {used} of {exp.gpu_count} GPUs"
+    wanted = threshold_size()
+    largest = finite(size)
+    if wanted is not None and (largest is None or largest < wanted):
+        return (
+            f"the largest message measured is {size} B, below the {wanted} B the threshold "
+            "is defined at (the probe's -e)"
+        )
+    return None
 
 
 def _nccl_ranks(exp: NodeExpectation, ranks: Sequence[NcclRank]) -> list[CheckResult]:

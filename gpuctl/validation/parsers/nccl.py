@@ -3,7 +3,10 @@
 One parser, ``nccl``, for every nccl-tests binary: the per-size result table, the
 ``# Out of bounds values`` / ``# Avg bus bandwidth`` trailer, the ``#  Rank ...`` device list and
 the header lines, in both table formats (older ``error`` column with the maximum float error,
-newer ``#wrong`` column with a count of wrong elements, with or without ``root``). Launcher
+newer ``#wrong`` column with a count of wrong elements, with or without ``root``), back to the
+first nccl-tests layout (2017: ``bytes N type op time algbw busbw res`` with the time in ms,
+``#   Rank  0 on <host> device ...`` without a Pid, the ``nThread`` line and the trailer without
+a leading ``#``; nccl-tests@b188a15 src/common.cu). Launcher
 prefixes (``srun -l``'s ``N: `` and Open MPI ``--tag-output``'s ``[1,0]<stdout>:``) are removed
 first. Lines that are not nccl-tests output (``NCCL INFO`` debug lines, MPI chatter) are skipped.
 
@@ -46,9 +49,13 @@ _TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
 _NTHREAD = re.compile(r"^#\s*nThread\s+\d+")
+# Lines the first nccl-tests layout (2017) printed without the leading "#" of later versions.
+_UNMARKED = re.compile(
+    r"(?:nThread\s+\d+\s+nGpus\b|Out of bounds values\s*:|Avg bus bandwidth\s*:|Using devices$)"
+)
 _NCCL_VERSION = re.compile(r"\bNCCL version\s+(\S+)")
-_RANK = re.compile(
-    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+_RANK = re.compile(  # Pid since nccl-tests 2019 (NCCL 2.4), Group since 2022 (2.13)
+    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+device\s+(\d+)"
     r"\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\S+)\s*(OK|FAILED)?", re.IGNORECASE)
@@ -81,6 +88,7 @@ _FAILURES = re.compile(
     re.IGNORECASE,
 )
 _WARN = re.compile(r"\bNCCL WARN\b")
+_INFO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO\b")
 
 
 def _refused(tokens: list[str]) -> list[str]:
@@ -89,15 +97,19 @@ def _refused(tokens: list[str]) -> list[str]:
     return [t for t in tokens if number(t) is None and looks_numeric(t)]
 
 
-def _side(tokens: list[str], error_column: str | None) -> dict[str, Any]:
-    """time algbw busbw wrong|error -> one half of a result row."""
+def _side(tokens: list[str], error_column: str | None, time_ms: bool = False) -> dict[str, Any]:
+    """time algbw busbw wrong|error -> one half of a result row (``time_ms``: the first layout
+    printed the time in milliseconds; it is given in us like every later one)."""
     value = number(tokens[3])
+    time = number(tokens[0])
+    if time_ms and time is not None:
+        time = time * 1000
     column = error_column
     if column is None:  # no header: an integer is a #wrong count, a float the old error
         token = tokens[3]
         column = "wrong" if _DIGITS.fullmatch(token) else "error" if value is not None else None
     return {
-        "time_us": number(tokens[0]),
+        "time_us": time,
         "algbw": number(tokens[1]),
         "busbw": number(tokens[2]),
         "wrong": value if column == "wrong" else None,
@@ -105,7 +117,9 @@ def _side(tokens: list[str], error_column: str | None) -> dict[str, Any]:
     }
 
 
-def _row(tokens: list[str], error_column: str | None) -> dict[str, Any] | None:
+def _row(
+    tokens: list[str], error_column: str | None, time_ms: bool = False
+) -> dict[str, Any] | None:
     """One table line, or None when it is not a result row of nccl-tests."""
     if not 11 <= len(tokens) <= 13:
         return None
@@ -136,8 +150,8 @@ def _row(tokens: list[str], error_column: str | None) -> dict[str, Any] | None:
         "type": tokens[2],
         "redop": redop,
         "root": root,
-        "out_of_place": _side(tokens[-8:-4], error_column),
-        "in_place": _side(tokens[-4:], error_column),
+        "out_of_place": _side(tokens[-8:-4], error_column, time_ms),
+        "in_place": _side(tokens[-4:], error_column, time_ms),
     }
 
 
@@ -156,7 +170,15 @@ def _params(line: str) -> dict[str, Any]:
 
 def _is_table_header(line: str) -> bool:
     words = line.lstrip("#").split()
-    return all(w in words for w in ("size", "count", "type", "time", "algbw", "busbw"))
+    sized = all(w in words for w in ("size", "count")) or all(w in words for w in ("bytes", "N"))
+    return sized and all(w in words for w in ("type", "time", "algbw", "busbw"))
+
+
+def _is_first_layout(line: str) -> bool:
+    """The 2017 header ``bytes N type op time algbw busbw res``: time in ms, ``res`` the
+    largest float error (nccl-tests@b188a15 src/all_reduce.cu print_header)."""
+    words = line.lstrip("#").split()
+    return "bytes" in words and "N" in words and "res" in words
 
 
 @parser(
@@ -192,6 +214,7 @@ def parse_nccl(text: str) -> ParseResult:
     placeholders: list[str] = []
     refused: list[str] = []
     nthread_lines = 0
+    time_ms = False
 
     for raw in clean(text).split("\n"):
         line = _PREFIX.sub("", raw, count=1)
@@ -200,6 +223,8 @@ def parse_nccl(text: str) -> ParseResult:
             continue
         if mentioned_test is None and (m := _BINARY.search(stripped)) is not None:
             mentioned_test = m.group(1)
+        if _UNMARKED.match(stripped):
+            stripped = "# " + stripped  # the first layout's unmarked header and trailer lines
         if stripped.startswith("#"):
             if m := _TESTS_VERSION.match(stripped):
                 data["nccl_tests_version"] = m.group(1)
@@ -213,8 +238,9 @@ def parse_nccl(text: str) -> ParseResult:
                 if data["params"] is None:
                     data["params"] = _params(stripped)
             elif m := _RANK.match(stripped):
-                rank, pid, device = to_int(m.group(1)), to_int(m.group(3)), to_int(m.group(5))
-                if rank is None or pid is None or device is None:
+                rank, device = to_int(m.group(1)), to_int(m.group(5))
+                pid = None if m.group(3) is None else to_int(m.group(3))  # None: no Pid printed
+                if rank is None or device is None or (m.group(3) is not None and pid is None):
                     problems.append(f"device list line not understood: {stripped[:120]!r}")
                     continue
                 host: str | None = m.group(4)
@@ -235,8 +261,13 @@ def parse_nccl(text: str) -> ParseResult:
                 )
             elif _is_table_header(stripped):
                 tables += 1
+                time_ms = time_ms or _is_first_layout(stripped)
                 column = (
-                    "wrong" if "#wrong" in stripped else "error" if "error" in stripped else None
+                    "wrong"
+                    if "#wrong" in stripped
+                    else "error"
+                    if "error" in stripped or _is_first_layout(stripped)
+                    else None
                 )
                 if data["error_column"] is None:
                     data["error_column"] = column
@@ -266,9 +297,11 @@ def parse_nccl(text: str) -> ParseResult:
         if _FAILURES.search(stripped):
             data["errors"].append(stripped)
             continue
+        if _INFO.search(stripped):
+            continue  # NCCL's debug lines (a host name may start with a digit)
         if stripped[0].isdigit():
             tokens = stripped.split()
-            row = _row(tokens, data["error_column"])
+            row = _row(tokens, data["error_column"], time_ms)
             if row is None:
                 bad_rows.append(stripped)
                 continue
@@ -380,6 +413,20 @@ class NcclRun:
     ranks: tuple[NcclRank, ...]
     errors: tuple[str, ...]  # failure lines, verbatim
     out_of_bounds: int | float | None
+    max_bytes: int | float | None = None  # what the run was asked for (-e), from "# nThread"
+    # How many GPUs the run used: the distinct (host, device) of its "#  Rank" lines (by rank
+    # where the host is a placeholder); None when it lists none (an excerpt, or cut short).
+    gpus_used: int | None = None
+
+    @property
+    def largest_size(self) -> int | float | None:
+        """The largest message size (bytes) a result row shows; None without rows."""
+        sizes = [
+            r.size
+            for r in self.rows
+            if isinstance(r.size, int | float) and not isinstance(r.size, bool)
+        ]
+        return max(sizes) if sizes else None
 
     def table(self) -> list[dict[str, Any]]:
         """The rows' sizes and bandwidths in the data shape (``rows``) that
@@ -392,6 +439,22 @@ class NcclRun:
             }
             for row in self.rows
         ]
+
+
+def _gpus_used(ranks: Any) -> int | None:
+    """The distinct GPUs of a device list (data["ranks"]): host and device; by rank where the
+    host is not shown (a placeholder), so that two hosts' device 0 are not counted as one."""
+    listed = [r for r in ranks if isinstance(r, Mapping)] if isinstance(ranks, list) else []
+    if not listed:
+        return None
+    keys: set[tuple[object, ...]] = set()
+    for i, r in enumerate(listed):
+        if r.get("host") is None:
+            keys.add(("rank", r.get("rank", i)))
+        else:
+            device = r.get("device")
+            keys.add((r.get("host"), device if device is not None else r.get("busid") or i))
+    return len(keys)
 
 
 def _busbw_only(side: NcclSide | None) -> dict[str, Any] | None:
@@ -430,4 +493,21 @@ def nccl_run_of(data: Mapping[str, Any]) -> NcclRun:
         ),
         errors=tuple(data.get("errors") or ()),
         out_of_bounds=data.get("out_of_bounds"),
+        max_bytes=_max_bytes(data.get("params")),
+        gpus_used=_gpus_used(data.get("ranks")),
     )
+
+
+def _max_bytes(params: Any) -> int | float | None:
+    value = params.get("max_bytes") if isinstance(params, Mapping) else None
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def nccl_size(text: str) -> int | None:
+    """A size as nccl-tests reads its -b/-e options (``8``, ``128M``, ``8G``: K, M and G are
+    powers of 1024, nccl-tests src/common.cu parsesize); None when it is not one."""
+    m = re.fullmatch(r"(\d+)([KkMmGg]?)", text.strip())
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()] if m else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from gpuctl.validation.parsers.nvsmi_tree import (
@@ -52,7 +53,7 @@ _SRAM_SOURCES = ("sram_l2", "sram_sm", "sram_microcontroller", "sram_pcie", "sra
 _REASON_NAMES = {"gpu_idle": "idle", "display_clocks_setting": "display_clock_setting"}
 _TEMPERATURES: dict[str, tuple[Path, ...]] = {
     "gpu_c": (("gpu_current_temp",), ("gpu_temp",)),
-    "tlimit_c": (("gpu_t_limit_temp",), ("gpu_temp_tlimit",)),
+    "tlimit_c": (("gpu_t_limit_temp",), ("gpu_current_t_limit_temp",), ("gpu_temp_tlimit",)),
     "shutdown_c": (("gpu_shutdown_temp",), ("gpu_temp_max_threshold",)),
     "slowdown_c": (("gpu_slowdown_temp",), ("gpu_temp_slow_threshold",)),
     "max_operating_c": (("gpu_max_operating_temp",), ("gpu_temp_max_gpu_threshold",)),
@@ -62,7 +63,7 @@ _TEMPERATURES: dict[str, tuple[Path, ...]] = {
         ("gpu_max_operating_t_limit_temp",),
         ("gpu_temp_max_gpu_tlimit_threshold",),
     ),
-    "target_c": (("gpu_target_temperature",),),
+    "target_c": (("gpu_target_temperature",), ("gpu_target_temperature_specification",)),
     "memory_c": (("memory_current_temp",), ("memory_temp",)),
     "memory_max_operating_c": (("memory_max_operating_temp",), ("gpu_temp_max_mem_threshold",)),
     "memory_max_operating_tlimit_c": (
@@ -70,13 +71,24 @@ _TEMPERATURES: dict[str, tuple[Path, ...]] = {
         ("gpu_temp_max_mem_tlimit_threshold",),
     ),
 }
+_CEILING = "gpu_ceiling_power_limit"
 _POWER: dict[str, tuple[Path, ...]] = {
     "draw_w": (("power_draw",), ("average_power_draw",)),
     "average_draw_w": (("average_power_draw",),),
     "instant_draw_w": (("instantaneous_power_draw",), ("instant_power_draw",)),
-    "limit_w": (("current_power_limit",), ("enforced_power_limit",), ("power_limit",)),
-    "requested_limit_w": (("requested_power_limit",), ("power_limit",)),
-    "default_limit_w": (("default_power_limit",),),
+    # 610 and later: the limits moved into a "GPU Ceiling Power Limit" sub-section
+    "limit_w": (
+        ("current_power_limit",),
+        (_CEILING, "current_power_limit"),
+        ("enforced_power_limit",),
+        ("power_limit",),
+    ),
+    "requested_limit_w": (
+        ("requested_power_limit",),
+        (_CEILING, "requested_power_limit"),
+        ("power_limit",),
+    ),
+    "default_limit_w": (("default_power_limit",), (_CEILING, "default_power_limit")),
     "min_limit_w": (("min_power_limit",),),
     "max_limit_w": (("max_power_limit",),),
 }
@@ -418,9 +430,27 @@ _HEALTH_PATHS = (
 )
 
 
+def _any_read_error(gpu: Node) -> bool:
+    stack = list(gpu.children)
+    while stack:
+        node = stack.pop()
+        value = node.value
+        if value is not None and _is_error_value(value):
+            return True
+        stack.extend(node.children)
+    return False
+
+
+@lru_cache(maxsize=16384)
+def _is_error_value(value: str) -> bool:
+    return value.strip().lower() in ERROR_VALUES
+
+
 def _read_errors(gpu: Node) -> list[tuple[str, str, str]]:
     """(label path, key path, value) of each read failure (``Unknown Error``, ``ERR!``...)."""
     out: list[tuple[str, str, str]] = []
+    if not _any_read_error(gpu):  # nearly every GPU: no path strings built
+        return out
 
     def visit(node: Node, labels: str, keys: str) -> None:
         if node.value is not None and node.value.strip().lower() in ERROR_VALUES:
@@ -448,8 +478,10 @@ def _read_error_problem(errors: list[tuple[str, str, str]], label: str) -> list[
 def extract(top: Node, gpus: list[tuple[Node, str | None]], problems: list[str]) -> dict[str, Any]:
     data: dict[str, Any] = {
         "timestamp": read_text(read_raw(top, ("timestamp",))),
-        "driver_version": read_text(read_raw(top, ("driver_version",))),
-        "cuda_version": read_text(read_raw(top, ("cuda_version",))),
+        # 610 and later: "KMD Version" and "CUDA UMD Version"; the old labels stay, with a
+        # deprecation note after the value (read_text drops it)
+        "driver_version": read_text(read_raw(top, ("kmd_version",), ("driver_version",))),
+        "cuda_version": read_text(read_raw(top, ("cuda_umd_version",), ("cuda_version",))),
         "attached_gpus": read_int(read_raw(top, ("attached_gpus",))),
         "gpus": [],
     }

@@ -43,7 +43,16 @@ _BANNER = re.compile(r"=+\s*NVSMI LOG\s*=+")
 # SEC-DED", "Bank Remap Availability Histogram"): no table characters such as "|" or "+---".
 _LABEL = re.compile(r"[A-Za-z][A-Za-z0-9 ._()/-]*")
 _ELISION = re.compile(r"\[?(?:\.\.\.|…)\]?")
-_TOP_KEYS = frozenset({"timestamp", "driver_version", "cuda_version", "attached_gpus"})
+_TOP_KEYS = frozenset(
+    {
+        "timestamp",
+        "driver_version",
+        "cuda_version",
+        "kmd_version",  # 610 and later
+        "cuda_umd_version",  # 610 and later
+        "attached_gpus",
+    }
+)
 # Section/field names that identify a fragment of one GPU's -q section.
 _GPU_KEYS = frozenset(
     {
@@ -116,18 +125,40 @@ def _classify_line(stripped: str) -> tuple[str, str, str | None] | None:
     return (key, label, value) if key else None
 
 
+def _read_line(line: str) -> tuple[int, tuple[str, str, str | None] | None]:
+    """(indent, what :func:`_classify_line` says) of one line; indent -1 for a blank line."""
+    stripped = line.strip()
+    if not stripped:
+        return -1, None
+    width = len(line) - len(line.lstrip(" \t"))
+    indent = len(line[:width].expandtabs(4)) if "\t" in line[:width] else width
+    return indent, _classify_line(stripped)
+
+
+# Whole lines as read before (the lines of one GPU repeat, indentation included, for every GPU
+# and across a fleet): a plain dict, emptied when it grows past _LINES_MAX.
+_LINES: dict[str, tuple[int, tuple[str, str, str | None] | None]] = {}
+_LINES_MAX = 65536
+_LINE_CACHED = 160  # longer lines (none in real output) are read every time, never kept
+
+
 def _text_tree(lines: list[str]) -> tuple[Node, int, int]:
     """Indentation -> tree. Returns (root, elided line count, lines not understood)."""
     root = Node("", "", None)
     stack: list[tuple[int, Node]] = []
     elided = odd = 0
+    seen = _LINES
+    if len(seen) > _LINES_MAX:
+        seen.clear()
     for line in lines:
-        stripped = line.strip()
-        if not stripped:
+        got = seen.get(line)
+        if got is None:
+            got = _read_line(line)
+            if len(line) <= _LINE_CACHED:
+                seen[line] = got
+        indent, kind = got
+        if indent < 0:  # blank
             continue
-        width = len(line) - len(line.lstrip(" \t"))
-        indent = len(line[:width].expandtabs(4)) if "\t" in line[:width] else width
-        kind = _classify_line(stripped)
         if kind is None:  # table borders, prose, anything that is not a -q line
             odd += 1
             continue
@@ -160,10 +191,22 @@ def parse_smi_q(text: str) -> ParseResult:
     flags = [is_error_banner(line) for line in lines] if may_have_banner(text) else []
     banners = [line.strip() for line, bad in zip(lines, flags, strict=False) if bad]
     body = [line for line, bad in zip(lines, flags, strict=False) if not bad] if banners else lines
-    has_banner = any(_BANNER.fullmatch(line.strip()) for line in body)
-    body = [line for line in body if not _BANNER.fullmatch(line.strip())]
-    warnings = [line.strip() for line in body if line.strip().upper().startswith("WARNING")]
-    body = [line for line in body if not line.strip().upper().startswith("WARNING")]
+    # one pass: the "==NVSMI LOG==" banner and WARNING lines leave the body
+    has_banner = False
+    warnings: list[str] = []
+    kept: list[str] = []
+    for line in body:
+        head = line.lstrip()[:1]
+        if head in ("=", "w", "W"):
+            stripped = line.strip()
+            if head == "=" and _BANNER.fullmatch(stripped):
+                has_banner = True
+                continue
+            if stripped[:7].upper() == "WARNING":
+                warnings.append(stripped)
+                continue
+        kept.append(line)
+    body = kept
     root, elided, odd = _text_tree(body)
 
     gpus: list[tuple[Node, str | None]] = []
@@ -187,12 +230,12 @@ def parse_smi_q(text: str) -> ParseResult:
         problems.append(f"{len(loose)} line(s) outside any GPU section not understood: {labels}")
     missing = [
         label
-        for key, label in (
-            ("driver_version", "Driver Version"),
-            ("cuda_version", "CUDA Version"),
-            ("attached_gpus", "Attached GPUs"),
+        for keys, label in (
+            (("driver_version", "kmd_version"), "Driver Version"),
+            (("cuda_version", "cuda_umd_version"), "CUDA Version"),
+            (("attached_gpus",), "Attached GPUs"),
         )
-        if key not in top_seen
+        if not any(key in top_seen for key in keys)
     ]
     if missing:
         problems.append(f"header line(s) missing: {', '.join(missing)}")
@@ -281,7 +324,7 @@ def parse_smi_xml(text: str) -> ParseResult:
     if _depth(root) > MAX_DEPTH:
         problems.append(f"XML nested deeper than {MAX_DEPTH} levels: the deeper elements ignored")
     top = _xml_node(root)
-    gpus = [(n, n.attrs.get("id")) for n in top.children if n.key == "gpu"]
+    gpus = [(n, (n.attrs or {}).get("id")) for n in top.children if n.key == "gpu"]
     if not any(c.key in _TOP_KEYS for c in top.children):
         problems.append("no <driver_version>/<attached_gpus> in <nvidia_smi_log>")
     data = extract(top, gpus, problems)

@@ -62,8 +62,8 @@ def _nonblank_lines(text: str) -> list[str]:
 
 _BORDER = re.compile(r"[+|][-=+|]*[-=][-=+|]*")
 _HEADER_VERSIONS = re.compile(r"NVIDIA-SMI\s+(\S+)")
-_DRIVER = re.compile(r"Driver Version:\s*(\S+)")
-_CUDA = re.compile(r"CUDA Version:\s*(\S+)")
+_DRIVER = re.compile(r"(?:Driver|KMD) Version:\s*(\S+)")  # KMD: 610 and later
+_CUDA = re.compile(r"CUDA (?:UMD )?Version:\s*(\S+)")  # CUDA UMD: 610 and later
 _GPU_ID_CELL = re.compile(r"\s*(\d+)\s+(.*\S)\s+(\S+)\s*")
 _BUS_CELL = re.compile(rf"\s*({_BUS_ID})\s+(\S+)\s*")
 _PERF = re.compile(r"P\d{1,2}")
@@ -228,7 +228,7 @@ class _Table:
     def row(self, cells: list[str]) -> None:
         text = " ".join(c.strip() for c in cells).strip()
         first = cells[0].strip() if cells else ""
-        if "NVIDIA-SMI" in text and "Driver Version" in text:
+        if "NVIDIA-SMI" in text and _DRIVER.search(text):
             self.header(text)
         elif first.startswith("MIG devices:"):
             self.flush()

@@ -95,13 +95,27 @@ class Node:
     label: str  # as printed (text label or XML tag)
     value: str | None  # stripped; None for a section header
     children: list[Node] = field(default_factory=list)
-    attrs: dict[str, str] = field(default_factory=dict)
+    attrs: dict[str, str] | None = None  # XML attributes (text lines have none)
+    # children by key (the first of each), built on the first look-up of a large section and
+    # rebuilt when children were added since: (child count when built, index)
+    _index: tuple[int, dict[str, Node]] | None = field(default=None, repr=False, compare=False)
 
     def child(self, key: str) -> Node | None:
-        for c in self.children:
-            if c.key == key:
-                return c
-        return None
+        """The first child with ``key``."""
+        children = self.children
+        if len(children) < _INDEXED:
+            for c in children:
+                if c.key == key:
+                    return c
+            return None
+        # a GPU section has ~60 children, each read by key: index them once
+        index = self._index
+        if index is None or index[0] != len(children):
+            first: dict[str, Node] = {}
+            for c in children:
+                first.setdefault(c.key, c)
+            index = self._index = (len(children), first)
+        return index[1].get(key)
 
     def find(self, path: Sequence[str]) -> Node | None:
         node: Node | None = self
@@ -118,6 +132,8 @@ class Node:
             for sub, node in c.walk():
                 yield f"{c.label}/{sub}", node
 
+
+_INDEXED = 12  # sections with fewer children are searched in order
 
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
@@ -151,22 +167,53 @@ def find_section(node: Node | None, *paths: Path) -> Node | None:
     return None
 
 
+# A note nvidia-smi puts after a value it will stop printing (610 and later):
+# ``610.57.04 [Deprecated; will be removed in CUDA 14.0. Use KMD Version instead]``.
+_DEPRECATION_NOTE = re.compile(r"\[\s*deprecated\b[^\[\]]*\]", re.IGNORECASE)
+
+
+def strip_note(value: str) -> str:
+    """The value without a trailing deprecation note (the value itself, never the note; a
+    note alone stays as it is). Linear: one look at the text after the last ``[``."""
+    value = value.strip()
+    if not value.endswith("]"):
+        return value  # the common case
+    at = value.rfind("[")
+    head = value[:at].rstrip()
+    return head if head and _DEPRECATION_NOTE.fullmatch(value, at) else value
+
+
 def _placeholder(value: str | None) -> bool:
     if value is None:
         return True
-    low = value.strip().lower()
+    low = strip_note(value).lower()
     return low == "" or low in PLACEHOLDERS or low in ERROR_VALUES
 
 
 def read_text(value: str | None) -> str | None:
-    return None if _placeholder(value) else (value or "").strip()
+    return None if _placeholder(value) else strip_note(value or "")
 
 
 def read_num(value: str | None) -> int | float | None:
-    """``"143771 MiB"`` -> 143771, ``"16x"`` -> 16, ``"-8 C"`` -> -8; placeholders -> None."""
+    """``"143771 MiB"`` -> 143771, ``"16x"`` -> 16, ``"-8 C"`` -> -8; placeholders -> None.
+    A deprecation note after the value is dropped (``"250.00 W [Deprecated ...]"`` -> 250.0)."""
+    if value is not None and len(value) <= _CACHED_VALUE:
+        return _read_num(value)
+    return _read_num_uncached(value)
+
+
+_CACHED_VALUE = 80  # values of a fleet repeat: the short ones are read once
+
+
+@lru_cache(maxsize=32768)
+def _read_num(value: str) -> int | float | None:
+    return _read_num_uncached(value)
+
+
+def _read_num_uncached(value: str | None) -> int | float | None:
     if _placeholder(value):
         return None
-    m = NUM_UNIT.fullmatch((value or "").strip())
+    m = NUM_UNIT.fullmatch(strip_note(value or ""))
     return number(m.group(1)) if m else None
 
 

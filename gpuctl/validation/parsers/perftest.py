@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from gpuctl.validation.numbers import looks_numeric, number
@@ -221,23 +222,48 @@ def _classify(block: _Block, line: str) -> None:
         else:
             block.orphan_rows += 1
         return
-    if _SERVER_CM.search(stripped):
+    kind, pairs = _line_kind(line) if len(line) <= _CACHED_LINE else _line_kind_uncached(line)
+    if kind == "server":
         block.server_signs = True
-        return
-    if _WARNING.search(stripped):
+    elif kind == "warning":
         block.warnings.append(stripped)
-        return
-    if _ERROR.search(stripped):
+    elif kind == "error":
         block.errors.append(stripped)
-        return
+    elif kind == "settings":
+        for key, value in pairs:
+            block.settings.setdefault(key, value)
+    elif kind == "unknown":
+        block.unknown.append(stripped)
+
+
+_CACHED_LINE = 200  # the other lines of perftest's output repeat across HCAs and nodes
+
+
+@lru_cache(maxsize=8192)
+def _line_kind(line: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return _line_kind_uncached(line)
+
+
+def _line_kind_uncached(line: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What a line that is no header and no result row is: server, warning, error, address,
+    settings (with its key/value pairs) or unknown."""
+    stripped = line.strip()
+    if _SERVER_CM.search(stripped):
+        return "server", ()
+    if _WARNING.search(stripped):
+        return "warning", ()
+    if _ERROR.search(stripped):
+        return "error", ()
     if _ADDRESS.match(stripped) or _GID.match(stripped):
-        return
+        return "address", ()
     if m := _KV_LINE.match(line):
-        for key, value in ((m.group(1), m.group(2)), (m.group(3), m.group(4))):
-            if key is not None and value is not None:
-                block.settings.setdefault(key.strip(), value)
-        return
-    block.unknown.append(stripped)
+        pairs = tuple(
+            (key.strip(), value)
+            for key, value in ((m.group(1), m.group(2)), (m.group(3), m.group(4)))
+            if key is not None and value is not None
+        )
+        return "settings", pairs
+    return "unknown", ()
 
 
 _BLOCK_STARTER = re.compile(r"BW peak won't be measured", re.IGNORECASE)
