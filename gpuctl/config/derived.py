@@ -9,6 +9,8 @@ from typing import Any
 from gpuctl.config.catalog import gpu_spec, health_defaults, ib_rates, roce_rates
 from gpuctl.config.facts import effective_interconnect, fabric_rate, has_nvswitch
 from gpuctl.config.model import Cluster, Fabric, NodeGroup, Thresholds
+from gpuctl.config.rules.settings import THRESHOLD_CHECKS
+from gpuctl.resources import load_data
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +42,17 @@ def nodes(cluster: Cluster) -> list[Node]:
 class ThresholdValue:
     value: Any
     source: str
+    checked_by: tuple[str, ...] = ()  # the checks whose verdict it decides (THRESHOLD_CHECKS)
 
 
 def effective_thresholds(cluster: Cluster, group: NodeGroup, gi: int) -> dict[str, ThresholdValue]:
-    """Each threshold's value for one group and where it comes from (group > cluster > defaults)."""
+    """Each threshold a check reads, for one group: its value, where it comes from (group >
+    cluster > fabric > GPU model > gpuctl defaults) and the checks that read it. Keys no check
+    reads yet (UNENFORCED_THRESHOLDS, refused when set) are not listed."""
     values: dict[str, ThresholdValue] = {}
     for key, value in health_defaults().items():
         values[key] = ThresholdValue(value, "gpuctl default (data/health.yml)")
+    values.setdefault("xid_fatal", ThresholdValue(_default_fatal_xids(), _XID_SOURCE))
     if group.gpus is not None:
         spec = gpu_spec(group.gpus.model.value)
         for key, value in spec.thresholds.items():
@@ -62,7 +68,21 @@ def effective_thresholds(cluster: Cluster, group: NodeGroup, gi: int) -> dict[st
     ):
         for key, value in th.model_dump(exclude_none=True).items():
             values[key] = ThresholdValue(value, source)
-    return dict(sorted(values.items()))
+    return {
+        key: ThresholdValue(v.value, v.source, THRESHOLD_CHECKS[key])
+        for key, v in sorted(values.items())
+        if key in THRESHOLD_CHECKS
+    }
+
+
+_XID_SOURCE = "gpuctl default (data/xid.yml: the isolate, reboot and reset actions)"
+
+
+def _default_fatal_xids() -> list[int]:
+    """The Xids that fail a node unless cluster.yml sets xid_fatal: every Xid of data/xid.yml
+    whose action is not `monitor`."""
+    actions = load_data("xid.yml")["actions"]
+    return sorted(int(x) for action, xids in actions.items() if action != "monitor" for x in xids)
 
 
 def _ib_write_bw_floor(cluster: Cluster, group: NodeGroup) -> ThresholdValue | None:
@@ -151,7 +171,8 @@ class ClusterSummary:
                     "nics": list(g.nics),
                     "validation_level": g.validation_level,
                     "thresholds": {
-                        k: {"value": v.value, "source": v.source} for k, v in g.thresholds.items()
+                        k: {"value": v.value, "source": v.source, "checked_by": list(v.checked_by)}
+                        for k, v in g.thresholds.items()
                     },
                 }
                 for g in self.groups

@@ -13,8 +13,11 @@ test_lab_provision.py) does not:
 - nodes that reach no Debian archive until gpuctl gives them `package_sources.os_mirror`
   (the lab's apt-cacher-ng used as a mirror): the lab sets no proxy and no source of its own;
 - three more lab hardware profiles (A100 on HDR InfiniBand, L40S on RoCE, one RTX 6000 Ada
-  without a fabric NIC) provisioned and validated at `standard` with zero failed checks, each
-  node group on its own fabric; RoCE QoS and NCCL's traffic class on a RoCE node. The fifth
+  without a fabric NIC) provisioned, each node group on its own fabric, and the mixed cluster
+  validated at `standard` in one run with zero failed checks (the fleet judge compares like
+  with like; two nodes per group are too few peers, a warning); one slow node in each of the
+  A100 and L40S groups fails exactly those two nodes; RoCE QoS and NCCL's traffic class on a
+  RoCE node. The fifth
   profile, `a100-roce`, is left out to keep CI under its hour: its GPUs are a100-hdr's and its
   fabric kind is l40s-pcie's (RoCE, the same roce_qos role and NCCL settings); only its
   rendering is unit-tested.
@@ -174,38 +177,76 @@ def _bad(report: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
     }
 
 
-@pytest.mark.parametrize("group", sorted(GROUPS))
-def test_every_profile_validates_at_standard_with_zero_failed_checks(
-    trixie: Trixie, tmp_path: Path, group: str
-) -> None:
-    nodes = GROUPS[group]
+def _validate(cluster: Path, out: Path) -> tuple[int, dict[str, Any], str]:
+    """`gpuctl validate CLUSTER --level standard --json` of the whole mixed cluster."""
     res = subprocess.run(
-        [
-            GPUCTL,
-            "validate",
-            str(trixie.cluster),
-            "--level",
-            "standard",
-            "--limit",
-            group,
-            "--json",
-            "--out",
-            str(tmp_path / "bundle"),
-        ],
+        [GPUCTL, "validate", str(cluster), "--level", "standard", "--json", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
     )
     assert res.returncode in (0, 1), res.stderr[-3000:]
-    report = json.loads(res.stdout)
-    assert {n["node"] for n in report["nodes"]} == set(nodes)
-    assert _bad(report) == {n: [] for n in nodes}, res.stderr[-2000:]
-    assert res.returncode == 0
-    checks = {c["check"] for n in report["nodes"] for c in n["checks"]}
-    assert {"gpu.count", "gpu.driver", "dcgm.diag", "xid"} <= checks, checks
-    if group != "single_gpu":  # one GPU and no fabric NIC: no NCCL ring, no ib_write_bw
-        assert {"nccl.busbw", "ib.write_bw", "ib.port.state"} <= checks, checks
+    return res.returncode, json.loads(res.stdout), res.stderr
+
+
+def _fleet(report: dict[str, Any], check: str) -> dict[str, list[tuple[str, str]]]:
+    return {
+        n["node"]: [(c["verdict"], c["message"]) for c in n["checks"] if c["check"] == check]
+        for n in report["nodes"]
+    }
+
+
+# each node group of this lab has two nodes on a fabric of its own: fewer than the fleet
+# judge's minimum of three peers (docs/validate.md, "Fleet-relative checks: like with like")
+PEERS_OF_TWO = tuple(n for g in ("a100_hdr", "l40s_pcie") for n in GROUPS[g])
+
+
+def test_the_mixed_cluster_validates_at_standard_with_zero_failed_checks(
+    trixie: Trixie, tmp_path: Path
+) -> None:
+    """One validate of every node: A100 on HDR, L40S on RoCE and one RTX 6000 Ada are judged
+    like with like (one median over all of them failed the L40S nodes)."""
+    code, report, err = _validate(trixie.cluster, tmp_path / "bundle")
+    assert {n["node"] for n in report["nodes"]} == set(NODES)
+    assert _bad(report) == {n: [] for n in NODES}, err[-2000:]
+    assert code == 0
+    for node in COMPUTE:
+        checks = {c["check"] for n in report["nodes"] if n["node"] == node for c in n["checks"]}
+        assert {"gpu.count", "gpu.driver", "dcgm.diag", "xid"} <= checks, (node, checks)
+        if node in PEERS_OF_TWO:  # single_gpu: one GPU, no fabric NIC: no NCCL ring, no pair
+            assert {"nccl.busbw", "ib.write_bw", "ib.port.state"} <= checks, (node, checks)
+    for check in ("nccl.busbw.fleet", "ib.write_bw.fleet"):
+        fleet = _fleet(report, check)
+        for node in PEERS_OF_TWO:
+            [(verdict, message)] = fleet[node]
+            assert verdict == "warn", (node, check, message)
+            assert message.startswith("not enough peers: 2 nodes in "), (node, check, message)
+            assert message.endswith("(at least 3 needed)"), (node, check, message)
+
+
+def test_one_slow_node_in_each_group_fails_exactly_those_two(
+    trixie: Trixie, tmp_path: Path
+) -> None:
+    """NCCL at half speed on one node of each two-node group: each falls below its group's
+    busbw floor (A100: 228 GB/s from the catalog; L40S: the lab's cluster.yml, 90 % of the
+    profile); its peer, on the same fabric, passes."""
+    slow = ("gpu001", "gpu003")  # a100_hdr, l40s_pcie
+    for node in slow:
+        lab.inject_fault(node, "nccl_slow", "0.5")
+    try:
+        code, report, err = _validate(trixie.cluster, tmp_path / "bundle")
+    finally:
+        for node in slow:
+            lab.clear_faults(node, "nccl_slow")
+    assert code == 1, err[-2000:]
+    assert sorted(n["node"] for n in report["nodes"] if n["failed"]) == list(slow)
+    bad = _bad(report)
+    for node in slow:
+        assert [check for check, _ in bad[node]] == ["nccl.busbw"], (node, bad[node])
+    assert {n: b for n, b in bad.items() if n not in slow} == {
+        n: [] for n in NODES if n not in slow
+    }
 
 
 def test_roce_qos_and_nccls_traffic_class_on_a_roce_node(trixie: Trixie) -> None:

@@ -68,6 +68,7 @@ def test_summary_json_has_stable_keys() -> None:
     assert hgx["thresholds"]["nccl_all_reduce_busbw_gbs"] == {
         "value": 470,
         "source": "node_groups[2].validation.thresholds",
+        "checked_by": ["nccl.busbw"],
     }
     assert data["fabrics"][0] == {
         "name": "ndr",

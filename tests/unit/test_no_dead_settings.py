@@ -647,6 +647,33 @@ def _nothing_collected(cluster: Cluster, tmp: Path) -> Any:
     return _verdicts(cluster, {n.name: NodeBundle(n.name) for n in nodes(cluster)})
 
 
+def _remap_failure_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """The judges on a one-GPU node whose row remapping failed (no public capture shows it:
+    the real capture's No turned to Yes, in memory)."""
+    gpu = "nvidia-smi/nvsmi-q-x-a10g-1gpu-515.txt"
+    group = next((g for g in cluster.node_groups if g.gpus and g.gpus.count == 1), None)
+    if group is None:
+        return None
+    node = group.node_names()[0]
+
+    def failed(text: str) -> str:
+        return text.replace("<remapped_row_failure>No<", "<remapped_row_failure>Yes<")
+
+    outputs = {"smi-xml": _bundle(gpu, "smi-xml", failed)}
+    return _verdicts(cluster, {node: NodeBundle(node, outputs)})
+
+
+def _xid_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """The Xid judge on the first GPU node's kernel log with Xid 13 and 43 (monitor by
+    default, fatal when xid_fatal lists them)."""
+    group = next((g for g in cluster.node_groups if g.gpus), None)
+    if group is None:
+        return None
+    node = group.node_names()[0]
+    log = _bundle("kernel-xid/dmesg-decode-iso-xid-13-43-sm-exceptions.txt", "xid")
+    return _verdicts(cluster, {node: NodeBundle(node, {"xid": log})})
+
+
 def _multinode_threshold(cluster: Cluster, tmp: Path) -> Any:
     from gpuctl.validation.expect import expectations
     from gpuctl.validation.multinode import threshold_for
@@ -720,7 +747,9 @@ PROOFS: dict[str, Proof] = {
         )
     },
     **{p + "nccl_all_reduce_busbw_gbs": _nccl_verdicts for p in _TH},
-    "validation.thresholds.fleet_relative_min": _nccl_verdicts,
+    **{p + "fleet_relative_min": _nccl_verdicts for p in _TH},
+    **{p + "remapped_rows_failure_max": _remap_failure_verdicts for p in _TH},
+    **{p + "xid_fatal": _xid_verdicts for p in _TH},
     **{p + "ib_write_bw_gbps": _ib_verdicts for p in _TH},
     **{p + "nccl_multinode_busbw_gbs": _multinode_threshold for p in _TH},
 }
@@ -730,7 +759,8 @@ CANDIDATES.update(
         **{p + "nccl_all_reduce_busbw_gbs": [1.0, 5000.0] for p in _TH},
         **{p + "ib_write_bw_gbps": [1.0, "100%"] for p in _TH},
         **{p + k: [0, 10] for p in _TH for k in ("sram_correctable_max", "dram_correctable_max")},
-        "validation.thresholds.fleet_relative_min": [0.999, 0.01],
+        **{p + "fleet_relative_min": [0.999, 0.01] for p in _TH},
+        **{p + "xid_fatal": [[13], [43]] for p in _TH},
         "bmc.credentials.username_env": ["OTHER_USER"],
         "bmc.credentials.password_env": ["OTHER_PASS"],
         "bmc.credentials.vault_file": ["bmc.vault.yml"],
@@ -790,9 +820,7 @@ def _refused(leaf: Leaf, values: tuple[Any, ...], says: str = "") -> str | None:
 # Fields no consumer reads yet, refused when set (gpuctl/config/rules.py): any value is refused
 # naming the field, with "not enforced yet".
 REFUSED: dict[str, Any] = {
-    **{p + k: 1 for p in _TH for k in UNENFORCED_THRESHOLDS if k != "xid_fatal"},
-    **{p + "xid_fatal": [79] for p in _TH},
-    "node_groups[].validation.thresholds.fleet_relative_min": 0.9,
+    **{p + k: 1 for p in _TH for k in UNENFORCED_THRESHOLDS},
     "node_groups[].nics[].rails": True,
 }
 # what the refusal says, where it is not "not enforced yet"

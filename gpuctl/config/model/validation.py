@@ -25,9 +25,11 @@ LEVELS: tuple[str, ...] = tuple(level.value for level in Level)
 class Thresholds(StrictModel):
     """Validation thresholds; unset values are inherited.
 
-    Resolution, last wins: gpuctl defaults (data/health.yml), the group's GPU model
-    (data/gpu_models.yml), the group's fabric rate (data/fabrics.yml), `validation.thresholds`,
-    `node_groups[].validation.thresholds`. ECC and row-remap limits count per GPU.
+    Resolution, last wins: gpuctl defaults (data/health.yml, data/xid.yml), the group's GPU
+    model (data/gpu_models.yml), the group's fabric rate (data/fabrics.yml),
+    `validation.thresholds`, `node_groups[].validation.thresholds`. ECC and row-remap limits
+    count per GPU. `ib_write_lat_p99_us`, `pcie_h2d_gbs`, `pcie_d2h_gbs` and
+    `ib_link_flaps_max` are not enforced yet: set, they are refused.
     """
 
     nccl_all_reduce_busbw_gbs: float | None = Field(
@@ -42,21 +44,40 @@ class Thresholds(StrictModel):
         '("90%").',
     )
     ib_write_lat_p99_us: float | None = Field(
-        None, gt=0, description="Maximum ib_write_lat 99th percentile, microseconds."
+        None,
+        gt=0,
+        description="Not enforced yet (refused when set): maximum ib_write_lat 99th "
+        "percentile, microseconds.",
     )
     pcie_h2d_gbs: float | None = Field(
-        None, gt=0, description="Minimum host-to-device copy bandwidth per GPU, GB/s."
+        None,
+        gt=0,
+        description="Not enforced yet (refused when set): minimum host-to-device copy "
+        "bandwidth per GPU, GB/s.",
     )
     pcie_d2h_gbs: float | None = Field(
-        None, gt=0, description="Minimum device-to-host copy bandwidth per GPU, GB/s."
+        None,
+        gt=0,
+        description="Not enforced yet (refused when set): minimum device-to-host copy "
+        "bandwidth per GPU, GB/s.",
     )
     fleet_relative_min: float | None = Field(
-        None, gt=0, le=1, description="Fail a node below this fraction of the fleet median."
+        None,
+        gt=0,
+        le=1,
+        description="Fail a node below this fraction of the median of its peers: the nodes "
+        "of its group (nccl-tests busbw), the HCAs of its fabric at its port rate (ib_write_bw); "
+        "a class of fewer than 3 nodes is not judged (a warning).",
     )
     remapped_rows_pending_max: int | None = Field(
-        None, ge=0, description="Most GPU rows pending remap."
+        None, ge=0, description='Most row remaps pending per GPU (nvidia-smi "Pending: Yes" is 1).'
     )
-    remapped_rows_failure_max: int | None = Field(None, ge=0, description="Most failed row remaps.")
+    remapped_rows_failure_max: int | None = Field(
+        None,
+        ge=0,
+        description='Most failed row remaps per GPU (nvidia-smi "Remapping Failure Occurred: '
+        'Yes" is 1).',
+    )
     sram_uncorrectable_max: int | None = Field(
         None, ge=0, description="Most SRAM uncorrectable ECC errors."
     )
@@ -67,10 +88,15 @@ class Thresholds(StrictModel):
         None, ge=0, description="Most DRAM correctable ECC errors."
     )
     xid_fatal: list[int] | None = Field(
-        None, description="XID codes that fail a node (replaces the default list)."
+        None,
+        description="Xid codes that fail a node; any other Xid is a warning. Set, it replaces "
+        "the default (the isolate, reboot and reset Xids of gpuctl/data/xid.yml).",
     )
     ib_link_flaps_max: int | None = Field(
-        None, ge=0, description="Most link-down events per adapter in 24 h."
+        None,
+        ge=0,
+        description="Not enforced yet (refused when set): most link-down events per "
+        "adapter in 24 h.",
     )
 
 

@@ -92,10 +92,57 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                 )
             )
     th = exp.thresholds
+    per_gpu: list[CheckResult] = []
     for gpu in gpus:
-        out += _judge_one_gpu(exp, gpu, th)
+        per_gpu += _judge_one_gpu(exp, gpu, th)
+    out += _fold_counter_oks(exp, per_gpu)
     out += _judge_persistence(exp, distinct)
     return out
+
+
+# Counter checks that give a result for every GPU: the GPUs within their limit are one OK for
+# the node (what was measured, the highest value and the limit), the others keep a result of
+# their own. Eight OKs per counter would say nothing more and weigh on every report of a fleet.
+def _folded(check: str) -> bool:
+    return check == "gpu.remap" or check.startswith("gpu.ecc.")
+
+
+def _fold_counter_oks(exp: NodeExpectation, results: list[CheckResult]) -> list[CheckResult]:
+    kept: list[CheckResult] = []
+    oks: dict[str, list[CheckResult]] = {}
+    for r in results:
+        if _folded(r.check) and r.verdict is Verdict.OK:
+            oks.setdefault(r.check, []).append(r)
+        else:
+            kept.append(r)
+    for check, group in oks.items():
+        if len(group) == 1:
+            kept.append(group[0])
+            continue
+        gpus = ", ".join(r.subject or "?" for r in group)
+        values = [r.measured for r in group if isinstance(r.measured, int | float)]
+        first = group[0]
+        if values:
+            most = max(values)
+            message = (
+                f"{len(group)} GPUs ({gpus}): at most {most:g}, limit {first.expected:g}"
+                if isinstance(first.expected, int | float)
+                else f"{len(group)} GPUs ({gpus}): at most {most:g}"
+            )
+        else:
+            message = f"{len(group)} GPUs ({gpus}): {first.message}"
+        kept.append(
+            finding(
+                exp,
+                check,
+                Verdict.OK,
+                message,
+                measured=max(values) if values else None,
+                expected=first.expected,
+                source=first.source,
+            )
+        )
+    return kept
 
 
 def _judge_persistence(exp: NodeExpectation, gpus: Sequence[GpuRecord]) -> list[CheckResult]:
@@ -230,42 +277,55 @@ def _judge_one_gpu(exp: NodeExpectation, gpu: GpuRecord, th: dict[str, Any]) -> 
     return out
 
 
+# Row remapping (Ampere and later): nvidia-smi shows two flags per GPU, "Pending" and
+# "Remapping Failure Occurred" (remapped_rows.pending / remapped_rows.failure). A flag shown as
+# Yes counts as 1 and fails the GPU above its maximum (data/health.yml: 0, Azure's limits).
+_REMAP_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("failure", "remapped_rows_failure_max", "row remapping failed: replace the GPU"),
+    ("pending", "remapped_rows_pending_max", "row remapping pending: reset the GPU"),
+)
+
+
 def _judge_remap(
     exp: NodeExpectation, remap: RemappedRows, subject: str, th: dict[str, Any]
 ) -> list[CheckResult]:
-    if remap.failure is True:
-        return [
-            finding(
-                exp,
-                "gpu.remap",
-                Verdict.FAIL,
-                "row remapping failed: replace the GPU",
-                subject=subject,
-                measured="failure",
-                expected="none",
-            )
-        ]
-    if remap.pending is True and (th.get("remapped_rows_pending_max") or 0) == 0:
-        return [
-            finding(
-                exp,
-                "gpu.remap",
-                Verdict.FAIL,
-                "row remapping pending: reset the GPU",
-                subject=subject,
-                measured="pending",
-                expected="none",
-            )
-        ]
+    """One ``gpu.remap`` result per GPU: FAIL when a flag's count is above its maximum, OK
+    otherwise; UNKNOWN when neither flag is shown."""
     if remap.pending is None and remap.failure is None:
         why = "remapped rows not readable"
         return [finding(exp, "gpu.remap", Verdict.UNKNOWN, why, subject=subject)]
-    return []
+    shown: list[str] = []
+    for flag, key, what in _REMAP_FLAGS:
+        raw = getattr(remap, flag)
+        if raw is None:
+            continue
+        count = 1 if raw else 0
+        limit = finite(th.get(key))
+        most = 0 if limit is None else limit  # a bare expectation (no thresholds): none allowed
+        if count > most:
+            return [
+                finding(
+                    exp,
+                    "gpu.remap",
+                    Verdict.FAIL,
+                    f"{what} ({count} {flag}, at most {most:g}: {key})",
+                    subject=subject,
+                    measured=count,
+                    expected=most,
+                    source=exp.sources.get(key),
+                )
+            ]
+        if count:
+            shown.append(f"{count} {flag} (at most {most:g}: {key})")
+    message = "row remapping: " + ", ".join(shown) if shown else "no row remap failed or pending"
+    return [finding(exp, "gpu.remap", Verdict.OK, message, subject=subject)]
 
 
 def _judge_ecc(
     exp: NodeExpectation, counters: EccCounters, subject: str, th: dict[str, Any]
 ) -> list[CheckResult]:
+    """One ``gpu.ecc.<counter>`` result per counter shown and per GPU: FAIL above its maximum
+    (or not a finite number), OK at or below it."""
     out: list[CheckResult] = []
     for key, raw, limit_key in (
         ("sram_uncorrectable", counters.sram_uncorrectable, "sram_uncorrectable_max"),
@@ -288,19 +348,19 @@ def _judge_ecc(
         limit = finite(th.get(limit_key))
         if value is None or limit is None:
             continue
-        if value > limit:
-            out.append(
-                finding(
-                    exp,
-                    f"gpu.ecc.{key}",
-                    Verdict.FAIL,
-                    f"{key} {value:g} > {limit:g}",
-                    subject=subject,
-                    measured=value,
-                    expected=limit,
-                    source=exp.sources.get(limit_key),
-                )
+        ok = value <= limit
+        out.append(
+            finding(
+                exp,
+                f"gpu.ecc.{key}",
+                Verdict.OK if ok else Verdict.FAIL,
+                f"{key} {value:g} " + ("<=" if ok else ">") + f" {limit:g}",
+                subject=subject,
+                measured=value,
+                expected=limit,
+                source=exp.sources.get(limit_key),
             )
+        )
     return out
 
 

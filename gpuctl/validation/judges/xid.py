@@ -1,4 +1,5 @@
-"""The kernel log: Xid events in the window (data/xid.yml), GPUs fallen off the bus."""
+"""The kernel log: Xid events in the window (data/xid.yml), GPUs fallen off the bus. An Xid in
+the node's effective ``xid_fatal`` fails the node; any other is a warning (monitor)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,17 @@ def xid_window_hours() -> float:
 def xid_actions() -> dict[int, str]:
     data = load_data("xid.yml")
     return {int(x): action for action, xids in data["actions"].items() for x in xids}
+
+
+def fatal_xids(exp: NodeExpectation) -> tuple[frozenset[int], str]:
+    """The Xids that fail the node, and where the list comes from: the node's effective
+    ``xid_fatal`` (set in cluster.yml it replaces the default; unset it is every Xid of
+    data/xid.yml whose action is not ``monitor``, gpuctl/config/derived.py). An expectation
+    built without thresholds falls back to that ladder."""
+    listed = exp.thresholds.get("xid_fatal")
+    if listed is None:
+        return frozenset(x for x, a in xid_actions().items() if a != "monitor"), "data/xid.yml"
+    return frozenset(int(x) for x in listed), exp.sources.get("xid_fatal") or "xid_fatal"
 
 
 def _event_time(stamp: str | None) -> datetime | None:
@@ -69,18 +81,26 @@ def judge_xid(
     for ev in events:
         if ev.xid is not None:
             seen.setdefault((ev.pci, ev.xid), []).append(ev)
+    fatal, source = fatal_xids(exp)
     for (pci, xid), evs in sorted(seen.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         action = actions.get(xid, default)
-        verdict = Verdict.WARN if action == "monitor" else Verdict.FAIL
+        if xid in fatal:
+            verdict = Verdict.FAIL
+            what = action if action != "monitor" else "fatal (xid_fatal): take the node out"
+        else:
+            verdict = Verdict.WARN
+            what = "monitor" + (
+                "" if action == "monitor" else f" (left out of xid_fatal; data/xid.yml: {action})"
+            )
         out.append(
             finding(
                 exp,
                 "xid",
                 verdict,
-                f"Xid {xid} x{len(evs)}: {action}",
+                f"Xid {xid} x{len(evs)}: {what}",
                 subject=str(pci),
                 measured=xid,
-                source="data/xid.yml (AWS ladder, Azure fatal list)",
+                source=source,
                 evidence=tuple(str(e.message)[:200] for e in evs[:3]),
             )
         )
