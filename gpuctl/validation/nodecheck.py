@@ -8,12 +8,16 @@ shell), each bounded by its timeout; what they print is written into a bundle di
 judge_node`). ib_write_bw needs a second node and is left to `gpuctl validate`.
 
 Slurm, as LBNL's NHC does it: a failed node drains itself with ``gpuctl node-check: <check>
-<detail>``, unless it is drained or down already (by anyone: a reason is never overwritten);
-a node that passes is resumed only when its drain reason starts with ``gpuctl node-check:``.
-Nodes drained by an operator, by `gpuctl validate --drain-failed` (``gpuctl:``) or by `gpuctl
-rollout` (``gpuctl rollout:``) stay drained. scontrol missing or failing is an error, never
-ignored. Fail closed: a probe that timed out or could not run is UNKNOWN, and UNKNOWN fails the
-node unless cluster.yml says ``validation.unknown_is_failure: false``.
+<detail>; <check> <detail>`` (every failed check by its id), unless it is drained or down
+already (by anyone else: their reason is never overwritten; its own drain gains the checks
+this run adds, :func:`gpuctl.slurm.merged_reason`); a node that passes is resumed only when
+its drain reason starts with ``gpuctl node-check:`` and every check it names was judged in this
+run and passed (:func:`gpuctl.slurm.resume_rule`: a quick check keeps a node drained for
+``nccl.busbw``, which runs at standard). Nodes drained by an operator, by `gpuctl validate
+--drain-failed` (``gpuctl:``) or by `gpuctl rollout` (``gpuctl rollout:``) stay drained.
+scontrol missing or failing is an error, never ignored. Fail closed: a probe that timed out or
+could not run is UNKNOWN, and UNKNOWN fails the node unless cluster.yml says
+``validation.unknown_is_failure: false``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,16 @@ from gpuctl.config.model import Cluster, Level
 from gpuctl.errors import UsageError
 from gpuctl.remote import ExecResult, Runner
 from gpuctl.remote.local import LocalSession
-from gpuctl.slurm import NotUnderstood, Owner, SlurmNode, read_nodes, show_argv
+from gpuctl.slurm import (
+    NotUnderstood,
+    Owner,
+    SlurmNode,
+    drain_reason_for,
+    merged_reason,
+    read_nodes,
+    resume_rule,
+    show_argv,
+)
 from gpuctl.validation.bundle import (
     NodeFolder,
     check_out,
@@ -45,7 +58,6 @@ from gpuctl.validation.bundle import (
 )
 from gpuctl.validation.expect import expectations
 from gpuctl.validation.probes import Probe, probes_for
-from gpuctl.validation.reports.drain import drain_reason
 from gpuctl.validation.results import NodeReport, ValidationReport
 from gpuctl.validation.scope import with_level
 from gpuctl.validation.slurm import SlurmAction, failed, update_argv, why_failed
@@ -118,12 +130,21 @@ class NodeCheckResult:
 # Slurm: drain on failure, resume own drains on success (pure plan, then scontrol)
 
 
-def slurm_plan(node: NodeReport, record: Mapping[str, Any]) -> SlurmAction:
-    """What to do with this node in Slurm, given its `scontrol show node` record (parsed)."""
+def slurm_plan(node: NodeReport, record: Mapping[str, Any], level: str = LEVELS[0]) -> SlurmAction:
+    """What to do with this node in Slurm, given its `scontrol show node` record (parsed) and
+    the ``level`` it was checked at (the checks a resume needs are those its reason names)."""
     slurm = SlurmNode.from_record(record)
     current = slurm.reason
     state = slurm.text
+    ours = slurm.drained_by(OWNER)
     if node.failed:
+        if ours:
+            merged = merged_reason(node, current, PREFIX, level, LEVELS[-1])
+            if merged is not None:
+                return SlurmAction(node.node, "drain", merged, f"drain: {merged}")
+            return SlurmAction(
+                node.node, "none", current, f"left as it is: already {state} ({current})"
+            )
         if slurm.is_drained or slurm.is_down:
             return SlurmAction(
                 node.node,
@@ -131,10 +152,11 @@ def slurm_plan(node: NodeReport, record: Mapping[str, Any]) -> SlurmAction:
                 current,
                 f"left as it is: already {state} ({current or 'no reason'})",
             )
-        reason = drain_reason(node, PREFIX) or f"{PREFIX} node check failed"
+        reason = drain_reason_for(node, PREFIX, level) or f"{PREFIX} node check failed"
         return SlurmAction(node.node, "drain", reason, f"drain: {reason}")
-    if slurm.drained_by(OWNER):
-        return SlurmAction(node.node, "resume", current, "resume: passes again")
+    if ours:
+        rule = resume_rule(current, PREFIX, node, level, LEVELS[-1])
+        return SlurmAction(node.node, "resume" if rule.resume else "none", current, rule.detail)
     if slurm.is_drained or slurm.is_down:
         return SlurmAction(
             node.node,
@@ -145,7 +167,7 @@ def slurm_plan(node: NodeReport, record: Mapping[str, Any]) -> SlurmAction:
     return SlurmAction(node.node, "none", current, "in service")
 
 
-def _slurm(node: NodeReport, runner: Runner) -> tuple[SlurmAction | None, str | None]:
+def _slurm(node: NodeReport, runner: Runner, level: str) -> tuple[SlurmAction | None, str | None]:
     """Read the node's Slurm state, then drain or resume it: (action, error)."""
     show = show_argv(node.node)
     res = runner(show, SCONTROL_TIMEOUT_S)
@@ -158,7 +180,7 @@ def _slurm(node: NodeReport, runner: Runner) -> tuple[SlurmAction | None, str | 
     record = records.get(node.node)
     if record is None:
         return None, f"{' '.join(show)}: Slurm does not list {node.node}"
-    action = slurm_plan(node, record)
+    action = slurm_plan(node, record, level)
     if action.action == "none":
         return action, None
     try:
@@ -312,7 +334,7 @@ def node_check(
     elif not _is_compute(cluster, name):
         note = f"{name} is not a Slurm compute node (no compute role in cluster.yml)"
     else:
-        action, error = _slurm(report.nodes[0], runner)
+        action, error = _slurm(report.nodes[0], runner, level)
     return NodeCheckResult(
         node=name,
         level=level,

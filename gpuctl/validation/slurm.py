@@ -2,18 +2,25 @@
 
 Everything runs on the Slurm controller (cluster.yml's ``slurm.controller``) over the same SSH
 as the probes: ``scontrol show node`` first, then ``scontrol update nodename=N state=drain
-reason="gpuctl: <check> <detail>"`` for each failed node, ``scontrol update nodename=N
-state=resume`` for each passing node whose drain reason starts with ``gpuctl:``. The node
-states, whose drain it is and the argv are :mod:`gpuctl.slurm`'s, shared with node-check and
-the rollout.
+reason="gpuctl: <check> <detail>; <check> <detail>"`` for each failed node (every failed check
+by its id, numbers with their units: :func:`gpuctl.slurm.drain_reason_for`), ``scontrol update
+nodename=N state=resume`` for a passing node whose drain reason starts with ``gpuctl:`` and
+whose every named check was judged in this run and passed (:func:`gpuctl.slurm.resume_rule`: a
+`--level quick` run keeps a node drained for ``nccl.busbw``, which it does not run). The node
+states, whose drain it is, the reason format and the resume rule are :mod:`gpuctl.slurm`'s,
+shared with node-check and the rollout.
+
+A node drained by gpuctl that fails again keeps the checks its reason names until they pass:
+a run that adds a failed check rewrites the reason with both (:func:`gpuctl.slurm.
+merged_reason`), one that adds none leaves it (and its time) as it is.
 
 A node drained by someone else (its reason does not start with ``gpuctl:``) is never resumed
 and its reason is never overwritten: the operator's drain wins. The plan is a pure function
 (:func:`plan`), unit tested without Slurm.
 
 What reaches scontrol is checked at :func:`update_argv`: the node name must be a host name and
-the reason is one clean line (:func:`~gpuctl.validation.reports.drain.clean_reason`), whoever
-built the action. A reason read back from Slurm (someone else's) is shown through
+the reason is one clean line (:func:`gpuctl.slurm.clean_reason`), whoever built the action. A
+reason read back from Slurm (someone else's) is shown through
 :func:`~gpuctl.validation.results.printable`.
 """
 
@@ -23,18 +30,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuctl.config.model import LEVELS
 from gpuctl.remote import ExecResult, Session
 from gpuctl.slurm import (
     Owner,
     SlurmNode,
+    clean_reason,
+    drain_reason_for,
     failure_text,
+    merged_reason,
+    resume_rule,
 )
 from gpuctl.slurm import update_argv as scontrol_update
-from gpuctl.validation.reports.drain import PREFIX, clean_reason, drain_reason
+from gpuctl.validation.reports.drain import PREFIX
 from gpuctl.validation.results import ValidationReport, printable
 
 SCONTROL_TIMEOUT_S = 60
 OWNER = Owner(PREFIX)  # `gpuctl validate --drain-failed` undoes only its own drains
+# the level that runs every check validate drains for: a reason that names no checks gpuctl
+# can read (written before reasons named them) is resumed only after a passing run at it
+FULL_LEVEL = LEVELS[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +112,7 @@ def plan(
         drained = state is not None and state.is_drained
         ours = state is not None and state.drained_by(OWNER)
         if node.failed:
-            reason = drain_reason(node) or f"{PREFIX} validation failed"
+            reason = drain_reason_for(node, PREFIX, report.level) or f"{PREFIX} validation failed"
             if state is None:
                 out.append(SlurmAction(node.node, "none", None, "not a Slurm node"))
             elif drained and not ours:
@@ -109,13 +124,22 @@ def plan(
                         f"left alone: drained by someone else ({_shown(current)})",
                     )
                 )
-            elif drained and current == reason:
-                out.append(SlurmAction(node.node, "none", current, "already drained by gpuctl"))
+            elif ours:
+                merged = merged_reason(node, current, PREFIX, report.level, FULL_LEVEL)
+                if merged is None:
+                    out.append(SlurmAction(node.node, "none", current, "already drained by gpuctl"))
+                else:
+                    out.append(SlurmAction(node.node, "drain", merged, f"drain: {merged}"))
             else:
                 out.append(SlurmAction(node.node, "drain", reason, f"drain: {reason}"))
         elif drained:
             if ours and resume:
-                out.append(SlurmAction(node.node, "resume", current, "resume: passes again"))
+                rule = resume_rule(current, PREFIX, node, report.level, FULL_LEVEL)
+                out.append(
+                    SlurmAction(
+                        node.node, "resume" if rule.resume else "none", current, rule.detail
+                    )
+                )
             elif not ours:
                 out.append(
                     SlurmAction(

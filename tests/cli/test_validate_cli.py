@@ -298,7 +298,8 @@ def test_plan() -> None:
     assert _plan(
         [
             _node("a", fail),  # idle: drain
-            _node("b", ok),  # drained by gpuctl: resume
+            _node("b", ok),  # drained by gpuctl for c0, which passed now: resume
+            _node("b2", ok),  # drained at standard for nccl.busbw, not run at quick: keep
             _node("c", ok),  # drained by an operator: leave
             _node("d", fail),  # drained by an operator: leave (never relabel)
             _node("e", fail),  # drained by gpuctl with the same reason: nothing to do
@@ -309,7 +310,8 @@ def test_plan() -> None:
         ],
         {
             "a": ("IDLE", None),
-            "b": ("IDLE+DRAIN", f"{PREFIX} gpu.count x"),
+            "b": ("IDLE+DRAIN", f"{PREFIX} c0 x [quick]"),
+            "b2": ("IDLE+DRAIN", f"{PREFIX} nccl.busbw x [standard]"),
             "c": ("MIXED+DRAIN", "maintenance"),
             "d": ("DOWN+DRAIN", "bad psu"),
             "e": ("IDLE+DRAIN", ours),
@@ -320,6 +322,7 @@ def test_plan() -> None:
     ) == [
         ("a", "drain"),
         ("b", "resume"),
+        ("b2", "none"),
         ("c", "none"),
         ("d", "none"),
         ("e", "none"),

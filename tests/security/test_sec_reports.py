@@ -573,7 +573,7 @@ def test_a_surrogate_pair_is_text_not_a_lone_surrogate(tmp_path: Path) -> None:
     path.write_text(json.dumps(doc).replace('"X"', '"GPU \\ud83d\\ude00"'), encoding="utf-8")
     res = runner.invoke(app, ["report", str(path), "--drain-reasons"])
     assert res.exit_code == 1, res.output
-    assert res.stdout == "gpu001\tgpuctl: xid GPU \U0001f600\n"
+    assert res.stdout == "gpu001\tgpuctl: xid GPU \U0001f600 [quick]\n"
 
 
 def test_a_device_or_a_file_too_large_is_not_read(

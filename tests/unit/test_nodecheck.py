@@ -148,7 +148,6 @@ def test_a_failing_probe_drains_the_node_with_node_checks_reason(cluster_yml: Pa
     [
         ("IDLE+DRAIN", "maintenance"),
         ("IDLE+DRAIN", "gpuctl: gpu.count 7 GPUs visible"),  # gpuctl validate --drain-failed
-        ("IDLE+DRAIN", "gpuctl node-check: xid 79 on GPU3"),  # its own, for another check
         ("DOWN", "Not responding"),
         ("DOWN+DRAIN", "gpuctl rollout: rebooting"),
         ("IDLE+DRAIN", None),
@@ -166,6 +165,26 @@ def test_a_failing_node_already_drained_or_down_keeps_its_reason(
     assert res.slurm.detail.startswith("left as it is: already ")
     assert fake.slurm.updates == []
     assert fake.slurm.nodes[NODE] == (state, reason)
+
+
+def test_its_own_drain_gains_the_checks_this_run_adds(cluster_yml: Path) -> None:
+    # drained by node-check at standard for NCCL; this quick run fails the PCIe width and does
+    # not run NCCL: both stay named, so a later run that passes only one does not resume it
+    own = "gpuctl node-check: nccl.busbw 120 GB/s < 360 GB/s [standard]"
+    fake = FakeNode(fault("pcie_degraded", "2"), {NODE: ("IDLE+DRAIN", own)})
+    res = check(cluster_yml, fake)
+    assert res.slurm is not None
+    assert res.slurm.action == "drain"
+    _, reason = fake.slurm.nodes[NODE]
+    assert reason is not None
+    assert reason.startswith("gpuctl node-check: gpu.pcie.width GPU2 ")
+    assert reason.endswith("; nccl.busbw 120 GB/s < 360 GB/s [standard]")
+    # the same failure again adds no check: the reason (and its time) is left as it is
+    again = FakeNode(fault("pcie_degraded", "2"), {NODE: ("IDLE+DRAIN", reason)})
+    res = check(cluster_yml, again)
+    assert res.slurm is not None
+    assert res.slurm.action == "none"
+    assert again.slurm.updates == []
 
 
 @pytest.mark.parametrize(
@@ -191,7 +210,8 @@ def test_a_passing_node_drained_by_someone_else_is_not_resumed(
 
 
 def test_a_passing_node_node_check_drained_is_resumed(cluster_yml: Path) -> None:
-    fake = FakeNode(slurm={NODE: ("IDLE+DRAIN", "gpuctl node-check: gpu.pcie.width GPU2 x8")})
+    own = "gpuctl node-check: gpu.pcie.width GPU2 PCIe link trained at x8 of x16 [quick]"
+    fake = FakeNode(slurm={NODE: ("IDLE+DRAIN", own)})
     res = check(cluster_yml, fake)
     assert not res.failed
     assert not res.slurm_failed
@@ -199,6 +219,39 @@ def test_a_passing_node_node_check_drained_is_resumed(cluster_yml: Path) -> None
     assert (res.slurm.action, res.slurm.done) == ("resume", True)
     assert fake.slurm.updates == [f"scontrol update nodename={NODE} state=resume"]
     assert fake.slurm.nodes[NODE] == ("IDLE", None)
+
+
+def test_a_reason_without_its_level_is_resumed_only_at_standard(cluster_yml: Path) -> None:
+    # written before reasons recorded their level: as if drained at standard (fail closed);
+    # gpu.pcie.width reports only failures, so a quick run cannot tell it was judged
+    old = "gpuctl node-check: gpu.pcie.width GPU2 x8"
+    quick = check(cluster_yml, FakeNode(slurm={NODE: ("IDLE+DRAIN", old)}))
+    assert quick.slurm is not None
+    assert (quick.slurm.action, quick.slurm.detail) == (
+        "none",
+        "kept drained: gpu.pcie.width not run at level quick",
+    )
+    standard = FakeNode(slurm={NODE: ("IDLE+DRAIN", old)})
+    res = check(cluster_yml, standard, level="standard")
+    assert res.slurm is not None
+    assert res.slurm.action == "resume"
+
+
+def test_a_quick_check_keeps_a_node_drained_for_nccl(cluster_yml: Path) -> None:
+    own = "gpuctl node-check: nccl.busbw 120 GB/s < 360 GB/s [standard]"
+    fake = FakeNode(slurm={NODE: ("IDLE+DRAIN", own)})
+    res = check(cluster_yml, fake)
+    assert not res.failed
+    assert res.slurm is not None
+    assert (res.slurm.action, res.slurm.detail) == (
+        "none",
+        "kept drained: nccl.busbw not run at level quick",
+    )
+    assert fake.slurm.updates == []
+    again = FakeNode(slurm={NODE: ("IDLE+DRAIN", own)})
+    res = check(cluster_yml, again, level="standard")
+    assert res.slurm is not None
+    assert res.slurm.action == "resume"
 
 
 def test_drain_then_pass_again_resumes(cluster_yml: Path) -> None:
@@ -362,7 +415,7 @@ def test_slurm_plan_is_pure() -> None:
     good = NodeReport(NODE, (CheckResult("xid", NODE, Verdict.OK, "none"),))
     idle: dict[str, Any] = {"state": "IDLE", "state_flags": [], "reason": None}
     ours = {"state": "IDLE", "state_flags": ["DRAIN"], "reason": f"{PREFIX} xid 79"}
-    assert slurm_plan(bad, idle).reason == f"{PREFIX} xid Xid 79 on GPU3"
+    assert slurm_plan(bad, idle).reason == f"{PREFIX} xid Xid 79 on GPU3 [quick]"
     assert slurm_plan(good, ours).action == "resume"
     assert slurm_plan(bad, ours).action == "none"
     assert slurm_plan(good, idle).action == "none"

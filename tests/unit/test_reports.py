@@ -174,7 +174,9 @@ def test_drain_reasons_are_short_single_lines_with_our_prefix() -> None:
     assert "\n" not in reason
     assert '"' not in reason
     assert "=" not in reason
-    assert reason.endswith("(+1 more)")
+    # every failed check by its id (gpuctl.slurm), then the level of the run
+    assert "; ib.port.state mlx5_3/1 " in reason
+    assert reason.endswith(" [standard]")
 
 
 def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:

@@ -29,12 +29,18 @@ def systemctl_status(profile: Profile, faults: Faults, node: str) -> tuple[str, 
     day = time.strftime("%a %Y-%m-%d %H:%M:%S UTC", time.gmtime(time.time() - 3600))
     short = time.strftime("%b %d %H:%M:%S", time.gmtime(time.time() - 3600))
     loaded = f"     Loaded: loaded ({_UNIT}; enabled; preset: enabled)"
-    failed = bool(faults.get("fabricmanager_failed")) or version != profile["driver_version"]
+    driver = profile["driver_version"]
+    failed = bool(faults.get("fabricmanager_failed")) or version != driver
     if failed:
-        reason = (
-            "fabric manager version is not compatible with the driver version"
-            if version != profile["driver_version"]
-            else "failed to initialize NVSwitch devices"
+        # another version than the driver's: FM's own check, worded as the real one prints it
+        # (NVIDIA/gpu-operator#544; akash-network/website's provider FAQ shows the unit's
+        # journal around it); it exits before it touches the NVSwitches
+        said = (
+            f"fabric manager NVIDIA GPU driver interface version {version} don't match with "
+            f"driver version {driver}. Please update with matching NVIDIA driver package."
+            if version != driver
+            else "request to query NVSwitch device information from NVSwitch driver failed: "
+            "failed to initialize NVSwitch devices"
         )
         lines = [
             "\u00d7 nvidia-fabricmanager.service - NVIDIA fabric manager service",
@@ -44,8 +50,7 @@ def systemctl_status(profile: Profile, faults: Faults, node: str) -> tuple[str, 
             "        CPU: 31ms",
             "",
             f"{short} {node} systemd[1]: Starting NVIDIA fabric manager service...",
-            f"{short} {node} nv-fabricmanager[{pid}]: request to query NVSwitch device "
-            f"information from NVSwitch driver failed: {reason}",
+            f"{short} {node} nv-fabricmanager[{pid}]: {said}",
             f"{short} {node} systemd[1]: nvidia-fabricmanager.service: Control process exited, "
             "code=exited, status=1/FAILURE",
             f"{short} {node} systemd[1]: nvidia-fabricmanager.service: Failed with result "

@@ -360,7 +360,7 @@ def judge_ib_write_bw(
                 exp,
                 "ib.write_bw",
                 Verdict.OK if ok else Verdict.FAIL,
-                f"{bw:g} Gb/s " + (">=" if ok else "<") + f" {threshold:g}",
+                f"{bw:g} Gb/s " + (">=" if ok else "<") + f" {threshold:g} Gb/s",
                 subject=subject,
                 measured=bw,
                 expected=threshold,
@@ -380,3 +380,18 @@ def judge_ib_write_bw_pairs(exp: NodeExpectation, evidence: Evidence) -> list[Ch
     if not evidence.pairs:
         return []
     return judge_ib_write_bw(exp, evidence.ib_write_bw, port_rates(evidence))
+
+
+def with_partner(result: CheckResult, node: str, hca: str) -> CheckResult:
+    """An ib_write_bw result that says which node and HCA it was measured with (the partner
+    the collector recorded; :mod:`gpuctl.validation.judges.blame` decides whose fault a failed
+    pair is): ``... (with gpu002 mlx5_0)`` in the message, ``partner: gpu002 mlx5_0`` in the
+    evidence. Idempotent."""
+    line = f"partner: {node} {hca}"
+    if line in result.evidence:
+        return result
+    return dataclasses.replace(
+        result,
+        message=f"{result.message} (with {node} {hca})",
+        evidence=(*result.evidence, line),
+    )

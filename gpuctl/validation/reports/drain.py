@@ -1,9 +1,9 @@
-"""Slurm drain reasons for failed nodes: `gpuctl: <check> <short detail>`.
+"""Slurm drain reasons for failed nodes, as `gpuctl report --drain-reasons` prints them.
 
-Slurm keeps the reason as free text; sinfo -R shows 20 characters by default and long reasons
-are unreadable in listings, so gpuctl writes one line of at most REASON_MAX characters, check id
-first. The prefix `gpuctl:` marks reasons gpuctl may later clear (it never resumes a node whose
-reason it did not write).
+The format and its rules are :mod:`gpuctl.slurm`'s (one place): ``gpuctl: nccl.busbw 120 GB/s <
+360 GB/s; xid Xid 79 on GPU3 [standard]``, every failed check by its id with units, then the
+level of the run, at most 255 bytes (slurmdbd's reason column). The prefix `gpuctl:` marks
+reasons gpuctl may later clear (it never resumes a node whose reason it did not write).
 
 A reason is one line: a node name or a message can carry tabs, newlines and escape sequences
 (a job names its own process; the name lands in an Xid line), and `gpuctl report
@@ -12,45 +12,19 @@ A reason is one line: a node name or a message can carry tabs, newlines and esca
 
 from __future__ import annotations
 
-import re
-
-from gpuctl.validation.results import NodeReport, ValidationReport, printable
+from gpuctl.slurm import REASON_MAX_BYTES, clean_reason, drain_reason_for
+from gpuctl.validation.results import NodeReport, ValidationReport
 
 PREFIX = "gpuctl:"
-REASON_MAX = 100
+REASON_MAX = REASON_MAX_BYTES
 
-_SPACE = re.compile(r"\s+")  # any white space, Unicode's too (NEL, U+2028, U+3000)
-_SCONTROL = re.compile(r"[\"'=\\]")
-
-
-def _clean(text: str) -> str:
-    # one line, every other control character escaped (printable), then no quote, `=` or
-    # backslash that would confuse `scontrol update ... reason=...`
-    return _SCONTROL.sub("", printable(_SPACE.sub(" ", text))).strip()
+__all__ = ["PREFIX", "REASON_MAX", "clean_reason", "drain_reason", "drain_reasons"]
 
 
-def _cut(reason: str, room: int) -> str:
-    return reason if len(reason) <= room else reason[: room - 3].rstrip() + "..."
-
-
-def clean_reason(text: str) -> str:
-    """``text`` as a drain reason: one line of at most REASON_MAX characters, no control
-    character, quote, `=` or backslash. What gpuctl gives `scontrol update ... reason=`."""
-    return _cut(_clean(text), REASON_MAX)
-
-
-def drain_reason(node: NodeReport, prefix: str = PREFIX) -> str | None:
-    """``<prefix> <first failed check> <detail>`` (at most REASON_MAX characters), or None for
-    a node without problems. `gpuctl node-check` writes its own prefix (see nodecheck.py)."""
-    problems = node.problems()
-    if not problems:
-        return None
-    first = problems[0]
-    detail = first.message
-    if first.subject:
-        detail = f"{first.subject} {detail}"
-    more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-    return _cut(_clean(f"{prefix} {first.check} {detail}"), REASON_MAX - len(more)) + more
+def drain_reason(node: NodeReport, level: str, prefix: str = PREFIX) -> str | None:
+    """``<prefix> <check> <detail>; ... [<level>]`` for a node that failed a run at ``level``,
+    or None for a node without problems. `gpuctl node-check` writes its own prefix."""
+    return drain_reason_for(node, prefix, level)
 
 
 def drain_reasons(report: ValidationReport) -> dict[str, str]:
@@ -58,7 +32,7 @@ def drain_reasons(report: ValidationReport) -> dict[str, str]:
     out: dict[str, str] = {}
     for node in report.nodes:
         if node.failed:
-            reason = drain_reason(node)
+            reason = drain_reason(node, report.level)
             if reason is not None:
                 out[node.node] = reason
     return out
