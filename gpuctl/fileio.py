@@ -154,3 +154,17 @@ def read_inside(root: Path, rel: str | Path, *, limit: int) -> bytes:
         return _read_up_to(fd, limit)
     finally:
         os.close(fd)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts); how a reader tells a run
+    that was killed (``kill -9``, a crash, a reboot) from one still going."""
+    if pid <= 0:  # 0 and -1 would name process groups
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

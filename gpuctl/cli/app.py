@@ -1,4 +1,6 @@
-"""The `gpuctl` application and its one error boundary."""
+"""The `gpuctl` application and its one error boundary: library errors become one line and an
+exit code; library logging and threads' uncaught exceptions go to a log, never to the terminal
+(:func:`gpuctl.cli.output.library_logs_routed`); a traceback is printed for a bug only (70)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from gpuctl.cli import (
     validate_cmd,
 )
 from gpuctl.cli.exit_codes import ExitCode
-from gpuctl.cli.output import err_console, print_error
+from gpuctl.cli.output import LibraryLog, err_console, library_logs_routed, print_error
 from gpuctl.errors import ConfigError, EnvironmentProblem, GpuctlError, UsageError
 
 
@@ -30,6 +32,10 @@ class _Boundary(TyperGroup):
     """Translates library errors into messages and exit codes, for every command."""
 
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
+        with library_logs_routed() as library_log:
+            return self._invoke(ctx, library_log)
+
+    def _invoke(self, ctx: Any, library_log: LibraryLog) -> Any:
         try:
             return super().invoke(ctx)
         except (ConfigError, UsageError, EnvironmentProblem) as exc:
@@ -45,6 +51,9 @@ class _Boundary(TyperGroup):
             raise
         except Exception:
             sys.stderr.write(traceback.format_exc())
+            if library_log.kept:  # the only time library logging reaches the terminal
+                sys.stderr.write("what libraries logged before it:\n")
+                sys.stderr.write("".join(f"  {line}\n" for line in library_log.kept))
             err_console().print(
                 "[red]internal error[/red]: this is a bug in gpuctl; please report it with the "
                 "traceback above"

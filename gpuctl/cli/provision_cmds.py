@@ -65,7 +65,8 @@ class _Progress:
             table.add_column(col, justify="right", style=_STYLE[col])
         for host, c in sorted(self.counts.items()):
             table.add_row(
-                host, *(str(c[k]) for k in ("ok", "changed", "failed", "unreachable", "skipped"))
+                escape(host),
+                *(str(c[k]) for k in ("ok", "changed", "failed", "unreachable", "skipped")),
             )
         head = Text.assemble(("play ", "bold"), self.play, ("  task ", "bold"), self.task)
         return Group(head, table)
@@ -104,6 +105,19 @@ def _host_table(hosts: dict[str, HostOutcome]) -> Table:
             ),
         )
     return table
+
+
+def _check_mode_note(hosts: dict[str, HostOutcome]) -> str:
+    """What a --check run says beside its table: its ``changed`` counts are what a real run
+    would change (nothing was applied)."""
+    changes = sum(o.changed for o in hosts.values())
+    if not changes:
+        return " (check mode: nothing would change)"
+    where = sum(1 for o in hosts.values() if o.changed)
+    return (
+        f" (check mode: would change {changes} task{'s' if changes != 1 else ''} on {where} "
+        f"host{'s' if where != 1 else ''}; nothing was applied)"
+    )
 
 
 def _exit_code(result: ProvisionResult) -> ExitCode:
@@ -183,7 +197,7 @@ def provision_cmd(
         out_console().print(_host_table(record.hosts))
     if not result.nothing_to_do:
         where = escape(str(result.run_dir))
-        mode = " (check mode: nothing changed)" if record.check else ""
+        mode = _check_mode_note(record.hosts) if record.check else ""
         console.print(
             f"run {record.run_id}: {record.status}{mode} in {result.seconds:.0f} s; "
             f"details: gpuctl logs {record.run_id} --state-dir {where.rsplit('/runs/', 1)[0]}"

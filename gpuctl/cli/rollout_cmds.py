@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuctl.cli.exit_codes import ExitCode
-from gpuctl.cli.output import err_console, out_console, print_json
+from gpuctl.cli.output import err_console, literal, log_to, out_console, print_json
 from gpuctl.config import load_cluster
 from gpuctl.provision.runner import state_dir_for
 from gpuctl.rollout.model import Action, Component, Plan, RolloutError, RolloutState, Status
@@ -21,10 +21,11 @@ from gpuctl.rollout.run import (
     abort,
     apply,
     make_plan,
+    next_steps,
     resume,
     status,
 )
-from gpuctl.rollout.store import RolloutStore
+from gpuctl.rollout.store import LIBRARY_LOG, RolloutStore
 
 app = typer.Typer(
     help="Firmware and driver updates, node by node: drain in Slurm, wait for jobs, update, "
@@ -115,10 +116,10 @@ def _plan_table(plan: Plan) -> Table:
         style = _ACTION_STYLE.get(str(e.action), "")
         table.add_row(
             label,
-            e.node,
+            literal(e.node),
             f"[{style}]{e.action}[/{style}]",
-            escape(e.current or "?"),
-            escape(e.reason),
+            literal(e.current or "?"),
+            literal(e.reason),
         )
     return table
 
@@ -128,7 +129,7 @@ _UPDATE_STEPS = {
     Component.GPU_FIRMWARE: "push the package to the BMC (Redfish), GPUs flashed -> power-cycle",
     Component.BMC_FIRMWARE: "push the package to the BMC (Redfish) -> the BMC resets itself "
     "(the host keeps running)",
-    Component.DRIVER: "gpuctl provision (nvidia_driver, fabric_manager) -> reboot",
+    Component.DRIVER: "gpuctl provision (version gate, nvidia_driver, fabric_manager) -> reboot",
 }
 
 
@@ -156,20 +157,41 @@ def _state_table(state: RolloutState) -> Table:
         style = _PHASE_STYLE.get(str(s.phase), "yellow")
         phase = str(s.phase) + (f" ({s.failed_phase})" if s.failed_phase else "")
         table.add_row(
-            node,
-            f"[{style}]{escape(phase)}[/{style}]",
-            escape(s.from_version or "?"),
+            literal(node),
+            f"[{style}]{literal(phase)}[/{style}]",
+            literal(s.from_version or "?"),
             "yes" if s.drained else "",
-            escape(s.reason),
+            literal(s.reason),
         )
     return table
 
 
-def _state_line(state: RolloutState) -> str:
-    counts = {k: v for k, v in state.counts().items() if v}
-    parts = ", ".join(f"{v} {k}" for k, v in counts.items())
+def _counts_text(counts: dict[str, Any]) -> str:
+    """``{"done": 2, "failed": 1, "pending": 0}`` -> ``2 done, 1 failed``."""
+    return ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+
+
+def _state_line(state: RolloutState, shown: str | None = None) -> str:
+    """``rollout ID STATUS[: reason] (counts)``; ``shown`` replaces the status (interrupted)."""
     why = f": {state.reason}" if state.reason else ""
-    return f"rollout {state.rollout_id} {state.status}{why} ({parts})"
+    counts = _counts_text(state.counts())
+    return f"rollout {state.rollout_id} {shown or state.status}{why} ({counts})"
+
+
+def _value_text(key: str, value: Any) -> str:
+    """An audit value as a person reads it: lists joined, counts as ``2 done``, mappings as
+    ``key=value``; never a Python repr."""
+    if isinstance(value, dict):
+        if key == "counts":
+            return _counts_text(value)
+        return " ".join(
+            f"{k}={_value_text(str(k), v)}" for k, v in value.items() if v not in ("", None)
+        )
+    if isinstance(value, list | tuple):
+        return (" | " if any(isinstance(v, list | tuple) for v in value) else ", ").join(
+            _value_text(key, v) for v in value
+        )
+    return str(value)
 
 
 def _audit_line(line: dict[str, Any]) -> str:
@@ -177,7 +199,9 @@ def _audit_line(line: dict[str, Any]) -> str:
     node = line.get("node") or "-"
     skip = {"ts", "rollout", "node", "event", "seq"}
     details = ", ".join(
-        f"{k}={v}" for k, v in line.items() if k not in skip and v not in ("", None)
+        f"{k}={_value_text(k, v)}"
+        for k, v in line.items()
+        if k not in skip and v not in ("", None, [], {})
     )
     return f"{ts} {node:<10} {line.get('event')}" + (f"  {details}" if details else "")
 
@@ -194,6 +218,7 @@ class _Follow:
     def started(self, store: RolloutStore) -> None:
         self.store = store
         self.seen = len(store.read_audit())
+        log_to(store.directory / LIBRARY_LOG)  # paramiko's messages while nodes reboot, ...
         err_console().print(f"rollout {store.rollout_id}: {escape(str(store.directory))}")
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
@@ -203,7 +228,7 @@ class _Follow:
             return
         lines = self.store.read_audit()
         for line in lines[self.seen :]:
-            err_console().print(escape(_audit_line(line)), highlight=False)
+            err_console().print(literal(_audit_line(line)), highlight=False)
         self.seen = max(self.seen, len(lines))
 
     def _loop(self) -> None:
@@ -240,16 +265,26 @@ def _flags(
     )
 
 
-def _finish_run(result: RunResult, as_json: bool) -> None:
+def _print_next_steps(state: RolloutState, cluster: Path) -> None:
+    steps = next_steps(state, str(cluster))
+    console = err_console()
+    if len(steps) == 1:
+        console.print(f"continue with: {literal(steps[0])}")
+    elif steps:
+        console.print("to continue (a resume alone would halt again):")
+        for i, step in enumerate(steps, 1):
+            console.print(f"  {i}. {literal(step)}")
+
+
+def _finish_run(result: RunResult, cluster: Path, as_json: bool) -> None:
     state = result.state
     if as_json:
         print_json(state.to_json())
     else:
         out_console().print(_state_table(state))
     colour = "green" if result.ok else "red"
-    err_console().print(f"[{colour}]{escape(_state_line(state))}[/{colour}]")
-    if state.status is not Status.DONE:
-        err_console().print("continue with: gpuctl rollout resume CLUSTER")
+    err_console().print(f"[{colour}]{literal(_state_line(state))}[/{colour}]")
+    _print_next_steps(state, cluster)
     raise typer.Exit(ExitCode.OK if result.ok else ExitCode.CHECK_FAILED)
 
 
@@ -331,7 +366,7 @@ def apply_cmd(
         )
     finally:
         follow.close()
-    _finish_run(result, as_json)
+    _finish_run(result, cluster, as_json)
 
 
 @app.command("resume")
@@ -361,7 +396,7 @@ def resume_cmd(
         )
     finally:
         follow.close()
-    _finish_run(result, as_json)
+    _finish_run(result, cluster, as_json)
 
 
 @app.command("status")
@@ -376,13 +411,16 @@ def status_cmd(
     if as_json:
         data = res.state.to_json()
         data["running_pid"] = res.running_pid
+        data["interrupted"] = res.interrupted
         print_json(data)
     else:
         out_console().print(_state_table(res.state))
         for line in res.audit[-audit:] if audit else []:
-            out_console().print(escape(_audit_line(line)), highlight=False)
+            out_console().print(literal(_audit_line(line)), highlight=False)
     running = f"; running in process {res.running_pid}" if res.running_pid else ""
-    err_console().print(escape(_state_line(res.state)) + running)
+    err_console().print(literal(_state_line(res.state, res.interrupted)) + running)
+    if not res.running_pid:
+        _print_next_steps(res.state, cluster)
     ok = res.state.status is Status.DONE and not res.state.failed
     raise typer.Exit(ExitCode.OK if ok or res.running_pid else ExitCode.CHECK_FAILED)
 

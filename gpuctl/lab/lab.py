@@ -461,14 +461,31 @@ def inject_fault(name: str, fault: str, value: str = "") -> dict[str, Any]:
     address_of(name)
     try:
         faults = dict(sim_faults.apply(faults_of(name), fault, value))
+        problem = _hardware_problem(name, fault, sim_faults.parse_value(fault, value))
     except sim_faults.FaultError as exc:
         raise LabError(str(exc)) from None
+    if problem is not None:  # it would change nothing: the next validation would pass
+        raise LabError(problem)
     before = faults_of(name)
     path = _faults_file(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(faults, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     _log_kernel_lines(name, before, faults)
     return faults
+
+
+def _hardware_problem(name: str, fault: str, parsed: Any) -> str | None:
+    """Why fault ``fault`` (its parsed value) names hardware node ``name`` lacks, or None."""
+    hardware = _node_dir(name) / "root" / "etc" / "gpuctl-lab" / "hardware.json"
+    try:
+        profile = json.loads(hardware.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        profile = None
+    if not isinstance(profile, dict):
+        if sim_faults.names_hardware(fault, parsed):
+            return f"{fault}: {name} has no simulated GPUs or HCAs (not a GPU node?)"
+        return None
+    return sim_faults.hardware_problem(fault, parsed, profile, name)
 
 
 def _log_kernel_lines(name: str, before: dict[str, Any], after: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuctl.errors import UsageError
-from gpuctl.fileio import decode_json, write_atomic
+from gpuctl.fileio import decode_json, process_alive, write_atomic
 
 RECORD = "run.json"
 HostState = Literal["ok", "changed", "failed", "unreachable", "incomplete"]
@@ -96,16 +96,6 @@ def write_record(run_dir: Path, record: RunRecord) -> None:
     write_atomic(run_dir / RECORD, json.dumps(record.to_json(), indent=2) + "\n", mode=0o600)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_record(run_dir: Path) -> RunRecord:
     try:
         data = decode_json((run_dir / RECORD).read_bytes())
@@ -114,7 +104,7 @@ def read_record(run_dir: Path) -> RunRecord:
         record = RunRecord.from_json(data)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise UsageError(f"{run_dir}: not a readable gpuctl run ({exc})") from None
-    if record.status == "running" and not _alive(record.pid):
+    if record.status == "running" and not process_alive(record.pid):
         record.status = "interrupted"
         record.message = record.message or "the run was killed before it finished"
     return record

@@ -57,6 +57,7 @@ from gpuctl.rollout.store import (
     StateFileError,
     cluster_lock,
     current_rollout,
+    interrupted_note,
     new_rollout,
     read_json_file,
     write_state_file,
@@ -278,8 +279,14 @@ def apply(
         if previous is not None:
             old = previous.load()
             if old.status in (Status.PLANNED, Status.RUNNING, Status.HALTED):
+                # we hold the lock: a rollout that says running was interrupted
+                shown = (
+                    f"was {interrupted_note(_audit_or_empty(previous))}"
+                    if old.status is Status.RUNNING
+                    else f"is {old.status}"
+                )
                 raise UsageError(
-                    f"rollout {old.rollout_id} is {old.status}: `gpuctl rollout resume` or "
+                    f"rollout {old.rollout_id} {shown}: `gpuctl rollout resume` or "
                     "`gpuctl rollout abort` it first"
                 )
         factory = backend_factory or cluster_backend
@@ -384,12 +391,28 @@ def resume(
         return _run(store, cluster_path, cluster, image, policy, backend_factory or cluster_backend)
 
 
+def _audit_or_empty(store: RolloutStore) -> list[dict[str, Any]]:
+    """The audit lines, or none when the log cannot be read (only a pid is looked up in it)."""
+    try:
+        return store.read_audit()
+    except StateFileError:
+        return []
+
+
 @dataclass(frozen=True, slots=True)
 class StatusResult:
     state: RolloutState
     directory: Path
     audit: list[dict[str, Any]]
     running_pid: int | None  # the process running it now, None when none holds the lock
+
+    @property
+    def interrupted(self) -> str | None:
+        """``interrupted (pid N gone)`` when the state says running and no process holds the
+        lock (the one that ran it was killed); None otherwise."""
+        if self.state.status is Status.RUNNING and self.running_pid is None:
+            return interrupted_note(self.audit)
+        return None
 
 
 def status(state: Path) -> StatusResult:
@@ -398,6 +421,43 @@ def status(state: Path) -> StatusResult:
     if store is None:
         raise UsageError(f"no rollout in {state}")
     return StatusResult(store.load(), store.directory, store.read_audit(), _holder(state))
+
+
+def next_steps(state: RolloutState, cluster: str) -> list[str]:
+    """What an operator runs to continue a stopped rollout, in order, so that the resume does
+    not halt again at once: the failed nodes gpuctl holds drained are returned to service
+    (once repaired) when they use up max_unavailable, and ``--failure-threshold`` is raised
+    above the number of failed nodes when that number has reached it (a failed node counts for
+    good, even once resumed in Slurm). Empty for a done rollout."""
+    if state.status is Status.DONE:
+        return []
+    resume_cmd = f"gpuctl rollout resume {cluster}"
+    if state.status is Status.RUNNING:  # interrupted: the resume reconciles and goes on
+        return [resume_cmd]
+    steps: list[str] = []
+    failed = state.failed
+    held = [n for n in failed if state.nodes[n].drained]
+    budget = state.plan.max_unavailable
+    if held and state.pending and len(held) >= budget:
+        need = len(held) - budget + 1
+        which = "it" if len(held) == 1 else ("one of them" if need == 1 else f"{need} of them")
+        name = held[0] if len(held) == 1 else "NODE"
+        steps.append(
+            f"repair {', '.join(held)}, then return {which} to service in Slurm: scontrol "
+            f"update nodename={name} state=resume (failed nodes left drained hold all "
+            f"{budget} max_unavailable slot(s); gpuctl gives a slot back once its node is "
+            "back in service)"
+        )
+    threshold = state.policy.failure_threshold
+    if len(failed) >= threshold:  # halts again even with no node left to start
+        resume_cmd += f" --failure-threshold {len(failed) + 1}"
+        steps.append(
+            f"{resume_cmd}  ({len(failed)} node(s) failed and failure_threshold is {threshold}; "
+            "a failed node counts for good)"
+        )
+    else:
+        steps.append(resume_cmd)
+    return steps
 
 
 def _holder(state: Path) -> int | None:

@@ -7,6 +7,8 @@ Layout under the state directory (``.gpuctl/`` beside cluster.yml unless configu
     rollouts/<id>/state.json     RolloutState, replaced atomically after every change
     rollouts/<id>/audit.jsonl    one JSON object per line, appended and fsynced line by line
     rollouts/<id>/abort          present once an abort was requested
+    rollouts/<id>/gpuctl.log     what libraries logged while it ran (paramiko's transport
+                                 thread, ...): the CLI routes it here, away from the terminal
 
 A rollout id is the UTC time it was created and the component: ``20250314T101500Z-driver``.
 
@@ -49,6 +51,7 @@ AUDIT = "audit.jsonl"
 ABORT = "abort"
 CURRENT = "current"
 LOCK = ".lock"
+LIBRARY_LOG = "gpuctl.log"
 FILE_MODE = 0o644
 
 
@@ -329,6 +332,28 @@ class RolloutStore:
         if self.abort_requested():
             self.abort_path.unlink()
             self.append(AuditEvent("abort-cleared"))
+
+
+def runner_pid(audit: list[dict[str, Any]]) -> int | None:
+    """The process that last ran the rollout: the pid of the last ``started`` audit line (the
+    executor writes its own), or None when it never started or the line has none."""
+    for line in reversed(audit):
+        if line.get("event") == "started":
+            pid = line.get("pid")
+            return pid if _int(pid) and pid > 0 else None
+    return None
+
+
+def interrupted_note(audit: list[dict[str, Any]]) -> str:
+    """``interrupted (pid N gone)``: how a rollout whose state says ``running`` while no process
+    holds the lock is shown (its process was killed: ``kill -9``, a crash, a reboot of this
+    host), as `gpuctl provision` shows a killed run. The caller has found the lock free."""
+    pid = runner_pid(audit)
+    if pid is None:
+        return "interrupted (its process is gone)"
+    if fileio.process_alive(pid):  # the pid was reused, or the process let go of the lock and hangs
+        return f"interrupted (pid {pid} no longer holds the lock)"
+    return f"interrupted (pid {pid} gone)"
 
 
 def new_rollout(state_dir: Path, plan: Plan, now: datetime | None = None) -> RolloutStore:

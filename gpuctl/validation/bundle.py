@@ -40,7 +40,7 @@ from gpuctl.fileio import UnsafePath, decode_json, read_inside
 from gpuctl.fileio import write_atomic as write_atomic  # every bundle file, asserted by tests
 from gpuctl.remote import CANNOT_RUN_RC, NOT_FOUND_RC, ExecResult
 from gpuctl.validation.judges.base import ProbeOutput
-from gpuctl.validation.results import ValidationReport
+from gpuctl.validation.results import ValidationReport, printable
 
 BUNDLE_FILE = "bundle.json"
 RESULTS_FILE = "results.json"
@@ -48,6 +48,7 @@ META_FILE = "meta.json"
 MULTINODE_DIR = "_multinode"  # <bundle>/_multinode/<group>/{meta.json,run-NN.txt}
 MISSING = "missing from the bundle"
 STDERR_TAIL = 2000  # characters of stderr kept in meta.json
+STDERR_SHOWN = 200  # characters of it an error message quotes
 _MIB = 1024 * 1024
 # The collector keeps at most 64 MiB of a probe's output (one read more before it cuts it off):
 # anything larger was not written by it and is not read.
@@ -120,10 +121,14 @@ def probe_meta(result: ExecResult, argv: Sequence[str], timeout_s: float) -> dic
     elif error is None and result.rc == CANNOT_RUN_RC:
         error = f"{argv[0]}: cannot be run (exit 126)"
     elif error is None and result.rc not in (0, None) and not result.stdout.strip():
-        # nothing to judge: say why, from what the tool said on stderr
-        line = said(result.stderr)
-        error = f"{argv[0]} exited with {result.rc} and printed nothing" + (
-            f": {line}" if line else ""
+        # nothing to judge: say why, from what the tool said on stderr (one line, control
+        # characters escaped, at most 200 characters: its last ones, where tools say why)
+        full = said(result.stderr, limit=STDERR_TAIL)
+        line = printable(full if len(full) <= STDERR_SHOWN else "..." + full[3 - STDERR_SHOWN :])
+        error = (
+            f"{argv[0]} exited with {result.rc}, nothing on stdout; stderr: {line}"
+            if line
+            else f"{argv[0]} exited with {result.rc} and printed nothing"
         )
     return {
         "rc": result.rc,

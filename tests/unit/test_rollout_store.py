@@ -341,3 +341,26 @@ def test_the_lock_is_exclusive_and_names_the_holder(tmp_path: Path) -> None:
     assert path.read_text(encoding="utf-8") == ""
     with cluster_lock(tmp_path):
         pass
+
+
+def test_the_runner_pid_is_the_last_started_line_and_gone_means_interrupted() -> None:
+    """A rollout whose state says running while nobody holds the lock: the note names the pid
+    of its last run ('started' audit line) and whether that process is gone."""
+    from gpuctl.rollout.store import interrupted_note, runner_pid
+
+    dead = 4_194_305  # above Linux's pid_max limit: no process has it
+    audit: list[dict[str, Any]] = [
+        {"event": "planned", "node": None},
+        {"event": "started", "node": None, "pid": 1111, "resumed": False},
+        {"event": "draining", "node": "gpu001"},
+        {"event": "started", "node": None, "pid": dead, "resumed": True},
+        {"event": "abort-requested", "node": None},
+    ]
+    assert runner_pid(audit) == dead
+    assert interrupted_note(audit) == f"interrupted (pid {dead} gone)"
+    alive = [{"event": "started", "node": None, "pid": os.getpid()}]
+    assert interrupted_note(alive) == f"interrupted (pid {os.getpid()} no longer holds the lock)"
+    for bad in ([], [{"event": "started"}], [{"event": "started", "pid": "12"}],
+                [{"event": "started", "pid": True}], [{"event": "started", "pid": 0}]):  # fmt: skip
+        assert runner_pid(bad) is None
+        assert interrupted_note(bad) == "interrupted (its process is gone)"

@@ -245,6 +245,80 @@ def clear(faults: Mapping[str, Any], name: str | None = None) -> Faults:
     return {key: value for key, value in faults.items() if key != name}
 
 
+# --- a fault against the node's hardware --------------------------------------------------
+# A fault that names a GPU or an HCA the node's profile does not have would change nothing
+# (the stand-in tools only look up what exists), so the next validation would pass: refused.
+
+
+def _gpus_named(name: str, value: Any) -> list[int]:
+    if name in ("gpu_lost", "clocks_throttled"):
+        return [] if value == "all" else [int(v) for v in value]
+    if name == "xid":
+        return [int(event["gpu"]) for event in value]
+    if name in ("ecc", "pcie_degraded"):
+        return [int(value["gpu"])]
+    if name == "nvlink_degraded":
+        return [int(v) for v in value["gpus"]]
+    if name == "firmware":
+        return [int(t[3:]) for t in value if re.fullmatch(r"gpu\d+", t)]
+    return []
+
+
+def _hcas_named(name: str, value: Any) -> list[str] | None:
+    """The HCAs a fault names ([] for "every HCA"), or None when it names none."""
+    if name in ("ib_port_down", "ib_rate"):
+        return list(value)
+    if name == "firmware":
+        named = [t for t in value if t == "hca" or t.startswith("mlx5_")]
+        return [t for t in named if t != "hca"] if named else None
+    return None
+
+
+def _gpu_range(count: int) -> str:
+    return "0" if count == 1 else f"0-{count - 1}"
+
+
+def hardware_problem(name: str, value: Any, profile: Mapping[str, Any], node: str) -> str | None:
+    """Why the parsed ``value`` of fault ``name`` names hardware that ``node`` (of hardware
+    ``profile``) does not have, in one line naming what it has; None when it fits."""
+    gpus = profile.get("gpus") or {}
+    count = int(gpus.get("count", 0))
+    model = f"{count}x {gpus.get('name', profile.get('model', '?'))}"
+    missing = sorted({g for g in _gpus_named(name, value) if not 0 <= g < count})
+    if missing:
+        which = ", ".join(map(str, missing))
+        return (
+            f"{name}: {node} has no GPU {which}; its GPUs are {_gpu_range(count)} ({model}, "
+            f"profile {profile.get('name', '?')})"
+        )
+    if name == "nvlink_degraded":
+        links = int((gpus.get("nvlink") or {}).get("links", 0))
+        if links == 0:
+            return f"{name}: {node} has no NVLink ({model}, profile {profile.get('name', '?')})"
+        if int(value["links_down"]) > links:
+            return (
+                f"{name}: {node}'s GPUs have {links} NVLinks each, not {value['links_down']} "
+                f"({model})"
+            )
+    named = _hcas_named(name, value)
+    if named is None:
+        return None
+    nics = profile.get("nics") or {}
+    ports = [str(p["name"]) for p in nics.get("ports") or []]
+    if not ports:
+        return f"{name}: {node} has no HCA (profile {profile.get('name', '?')})"
+    unknown = [h for h in named if h not in ports]
+    if unknown:
+        return f"{name}: {node} has no HCA {', '.join(unknown)}; its HCAs are {', '.join(ports)}"
+    return None
+
+
+def names_hardware(name: str, value: Any) -> bool:
+    """Whether fault ``name`` (parsed ``value``) names GPUs, NVLinks or HCAs at all."""
+    every_gpu = name == "clocks_throttled" or (name == "firmware" and "gpu" in value)
+    return bool(_gpus_named(name, value)) or every_gpu or _hcas_named(name, value) is not None
+
+
 def validate(faults: Mapping[str, Any]) -> Faults:
     """Check a stored faults object (read back from JSON): known names only."""
     for name in faults:
