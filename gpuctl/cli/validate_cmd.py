@@ -16,13 +16,16 @@ from gpuctl.cli.output import err_console, out_console, print_json
 from gpuctl.config import load_cluster
 from gpuctl.errors import UsageError
 from gpuctl.fileio import write_atomic
+from gpuctl.provision.runner import state_dir_for
 from gpuctl.validation.api import ValidateResult, drain_failed, judge_bundle, validate
 from gpuctl.validation.bundle import check_bundle_dir
 from gpuctl.validation.collector import DEFAULT_PARALLEL, ProgressEvent
+from gpuctl.validation.history import history_path
 from gpuctl.validation.reports.html import render_html
 from gpuctl.validation.reports.junit import render_junit
 from gpuctl.validation.reports.prom import render_prometheus
 from gpuctl.validation.results import ValidationReport, Verdict, printable
+from gpuctl.validation.scope import select_nodes
 from gpuctl.validation.slurm import DrainResult
 from gpuctl.validation.suite import fewer_gc_passes
 
@@ -99,6 +102,19 @@ class _Progress:
             self.console.print(f"  {event.done}/{event.total} nodes collected")
         elif event.kind == "pair" and event.status == "failed":
             self.console.print(f"  ib_write_bw pair with {_say(event.node)} failed")
+        elif event.kind == "lost":
+            what = "partner" if event.status == "partner" else "node"
+            self.console.print(
+                f"  [red]lost[/red]: {what} {_say(event.node)}: {_say(event.detail)}; "
+                "its pairs are skipped, its peers paired again"
+            )
+        elif event.kind == "pair" and event.status == "partner lost":
+            self.console.print(f"  ib_write_bw of {_say(event.node)}: partner lost, pairing again")
+        elif event.kind == "loopback":
+            self.console.print(
+                f"  ib_write_bw of {_say(event.node)}: loopback between its own HCAs "
+                f"({event.status})"
+            )
 
 
 def _write_reports(
@@ -143,7 +159,8 @@ def validate_cmd(
         typer.Option(
             "--level",
             help="quick (seconds), standard (minutes: + NCCL, DCGM, ib_write_bw) or long "
-            "(+ dcgmi diag -r 3). Default: each node group's level in cluster.yml.",
+            "(+ dcgmi diag -r 3, then multi-node nccl-tests through Slurm per node group). "
+            "Default: each node group's level in cluster.yml.",
             case_sensitive=False,
         ),
     ] = None,
@@ -215,14 +232,16 @@ def validate_cmd(
         for line in result.warnings:
             console.print(f"[yellow]warning[/yellow]: {_say(line)}")
     else:
-        console.print(
-            f"validating {escape(str(cluster))} (level "
-            f"{lvl or 'from cluster.yml'}, {parallel} nodes at once)"
-        )
         loaded = load_cluster(cluster)
+        count = len(select_nodes(loaded, limit))  # the header says the real numbers
+        console.print(
+            f"validating {escape(str(cluster))} (level {lvl or 'from cluster.yml'}, "
+            f"{count} node{'s' if count != 1 else ''}, {min(parallel, count)} at a time)"
+        )
         out = out if out is not None else default_out(cluster)
         result = validate(loaded, level=lvl, limit=limit, out=out, parallel=parallel,
-                          on_progress=_Progress())  # fmt: skip
+                          on_progress=_Progress(),
+                          history=history_path(state_dir_for(cluster)))  # fmt: skip
     report = result.report
     _write_reports(report, html, junit, prom)
     drained: DrainResult | None = None
@@ -236,8 +255,10 @@ def validate_cmd(
         _print_drain(drained)
     s = report.summary()
     where = f" in {result.seconds:.0f} s" if bundle is None else ""
+    lost = sum(1 for why in result.unreachable.values() if why.startswith("lost: "))
     console.print(
         f"{s['nodes']} nodes: {s['failed']} failed, {len(result.unreachable)} unreachable"
+        f"{f' ({lost} lost during the run)' if lost else ''}"
         f"{where}; bundle: {escape(str(result.bundle))}"
     )
     if report.failed or (drained is not None and drained.failed):

@@ -9,12 +9,19 @@ that outlives its budget is ended there, not left running), the channel is given
 ``KILL_AFTER_S + GRACE_S`` seconds later, and exit status 124 (coreutils ``timeout``) means
 timed out. Locally, :func:`gpuctl.remote.local.run_local` does the same with signals. A timeout
 is the ``timed_out`` field of :class:`ExecResult`, never a fake exit status.
+
+A connection that dies (the node lost power, its sshd went away) is a third outcome, ``lost``:
+the transport notices it at once (a closed channel with a dead transport, or no answer to its
+keepalives within a few seconds, see :mod:`gpuctl.remote.ssh`), so callers never wait for a
+command's timeout on a node that is gone (:meth:`LinkSession.lost`,
+:meth:`Started.finish_unless`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shlex
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -45,6 +52,7 @@ class ExecResult:
     timed_out: bool = False
     error: str | None = None  # could not run, connection lost, output cut off, ...
     seconds: float = 0.0
+    lost: bool = False  # the connection to the node died (the node is gone, not the command)
 
 
 class Unreachable(Exception):
@@ -73,7 +81,9 @@ class Running(Protocol):
 
 
 class Link(Protocol):
-    """One open connection as a transport gives it: start a shell line, close."""
+    """One open connection as a transport gives it: start a shell line, close. A transport
+    that can tell a dead connection also has ``lost() -> str | None`` (why, or None while it
+    is alive) and its :class:`Running` ``done() -> bool``; both are optional."""
 
     def start(self, command: str) -> Running: ...
 
@@ -125,6 +135,11 @@ def ended(result: ExecResult) -> ExecResult:
     return result
 
 
+# How often a command is checked while its peer on another node might be lost.
+WATCH_SLICE_S = 0.25
+_NEVER = "\x00gpuctl: never printed\x00"
+
+
 class Started:
     """A command started under the timeout rule (an ib_write_bw server that must be up before
     its client starts)."""
@@ -132,16 +147,50 @@ class Started:
     def __init__(self, running: Running, timeout_s: float) -> None:
         self.running = running
         self.timeout_s = timeout_s
+        self.started = time.monotonic()
 
     def wait_for(self, text: str, timeout: float) -> bool:
         return self.running.wait_for(text, timeout)
 
     def finish(self, wait_s: float | None = None) -> ExecResult:
         """Its result; the channel is given up after ``wait_s`` (default: its timeout plus
-        KILL_AFTER_S and GRACE_S)."""
+        KILL_AFTER_S and GRACE_S). ``seconds`` is how long it ran, also when it timed out, was
+        lost or could not be read (a transport that does not say is timed here)."""
         if wait_s is None:
             wait_s = self.timeout_s + KILL_AFTER_S + GRACE_S
-        return ended(self.running.finish(wait_s))
+        result = ended(self.running.finish(wait_s))
+        if result.seconds <= 0.0:
+            result = dataclasses.replace(result, seconds=time.monotonic() - self.started)
+        return result
+
+    def finish_unless(
+        self, gone: Callable[[], str | None], wait_s: float | None = None
+    ) -> ExecResult | None:
+        """:meth:`finish`, unless ``gone`` (the other node of a pair: why it is lost, or None)
+        says before it ends that waiting is pointless: then None, and the command is abandoned
+        (its channel closed; the node-side `timeout` ends it). A transport whose commands
+        cannot say they are done (no ``done()``) is checked once, before a plain finish."""
+        if wait_s is None:
+            wait_s = self.timeout_s + KILL_AFTER_S + GRACE_S
+        done = getattr(self.running, "done", None)
+        deadline = time.monotonic() + wait_s
+        while callable(done) and not done():
+            if gone() is not None:
+                self.abandon()
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self.running.wait_for(_NEVER, min(WATCH_SLICE_S, remaining))
+        if not callable(done) and gone() is not None:
+            self.abandon()
+            return None
+        return self.finish(max(0.0, deadline - time.monotonic()))
+
+    def abandon(self) -> ExecResult:
+        """Stop waiting at once: the channel is closed (the node-side `timeout` ends the
+        command); what it printed so far, timed out."""
+        return self.finish(0.0)
 
 
 class LinkSession:
@@ -168,6 +217,18 @@ class LinkSession:
         if not isinstance(self.link, FileLink):
             raise OSError("this connection cannot copy files")
         return self.link.put(data, remote)
+
+    def lost(self) -> str | None:
+        """Why the connection is dead (the node is gone), or None while it is alive (or the
+        transport cannot tell)."""
+        probe = getattr(self.link, "lost", None)
+        if not callable(probe):
+            return None
+        try:
+            why = probe()
+        except Exception as exc:  # a transport that cannot even say: treat as lost
+            return f"connection state unknown: {exc or type(exc).__name__}"
+        return why if isinstance(why, str) and why else None
 
     def close(self) -> None:
         self.link.close()

@@ -1,7 +1,16 @@
 """SSH with paramiko: host keys checked against cluster.yml's ``ssh.known_hosts`` and nothing
 else (unknown keys rejected), an optional jump host, one connection per node with a channel per
 command, files copied over SFTP. What it gives is a :class:`gpuctl.remote.FileLink`; callers wrap
-it in :class:`gpuctl.remote.LinkSession`."""
+it in :class:`gpuctl.remote.LinkSession`.
+
+A node that loses power sends nothing more: no FIN, no RST. So that a dead connection is
+noticed in seconds, not after TCP's retransmissions (many minutes), each connection sends an
+SSH keepalive after ``KEEPALIVE_S`` idle seconds and its socket gives up on data not
+acknowledged within ``LOST_AFTER_S`` (Linux ``TCP_USER_TIMEOUT``, with TCP keepalives for an
+idle socket). The transport then dies, and every command on it ends as ``lost``
+(:class:`gpuctl.remote.ExecResult`), as does one whose channel closes with the transport.
+Through a jump host the socket is a channel of the jump host's connection: only the SSH
+keepalive applies there (and the jump host's own socket, which is tuned the same way)."""
 
 from __future__ import annotations
 
@@ -18,6 +27,31 @@ from gpuctl.errors import EnvironmentProblem
 from gpuctl.remote import ExecResult, Running, Target, Unreachable
 
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024  # per stream; a runaway command is cut off here
+KEEPALIVE_S = 2  # an SSH keepalive after this many idle seconds
+LOST_AFTER_S = 8  # data not acknowledged for this long: the connection is dead
+
+
+def tune_socket(sock: Any, lost_after_s: float = LOST_AFTER_S) -> bool:
+    """TCP keepalives and a user timeout on a connection's socket, so that a peer that is gone
+    is noticed within about ``lost_after_s`` seconds; False when ``sock`` is not a TCP socket
+    (a jump host's channel) or the options are refused."""
+    if not isinstance(sock, socket.socket):
+        return False
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_S),
+        ("TCP_KEEPINTVL", 1),
+        ("TCP_KEEPCNT", max(1, int(lost_after_s) - KEEPALIVE_S)),
+        ("TCP_USER_TIMEOUT", int(lost_after_s * 1000)),
+    ):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    try:
+        for level, option, value in options:
+            sock.setsockopt(level, option, value)
+    except OSError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +195,8 @@ class ParamikoConnector:
             raise Unreachable(f"ssh: {host}:{port}: {why}") from None
         transport = client.get_transport()
         if transport is not None:
-            transport.set_keepalive(30)
+            transport.set_keepalive(KEEPALIVE_S)
+            tune_socket(getattr(transport, "sock", None))
         return client
 
     def _jump_transport(self) -> Any:
@@ -207,12 +242,19 @@ class _ParamikoLink:
     def __init__(self, client: Any) -> None:
         self.client = client
 
+    def lost(self) -> str | None:
+        """Why this connection is dead, or None while it is alive."""
+        transport = self.client.get_transport()
+        if transport is None or not transport.is_active():
+            return "ssh: the connection to the node was lost"
+        return None
+
     def start(self, command: str) -> Running:
         started = time.monotonic()
         try:
             transport = self.client.get_transport()
             if transport is None or not transport.is_active():
-                return _Failed("ssh: the connection is closed")
+                return _Failed("ssh: the connection to the node was lost", lost=True)
             chan = transport.open_session(timeout=30)
             chan.exec_command(command)
             chan.shutdown_write()  # nothing on stdin: a command that reads it gets EOF
@@ -242,16 +284,20 @@ class _ParamikoLink:
 
 
 class _Failed:
-    """A command that could not be started."""
+    """A command that could not be started (``lost``: the connection is dead)."""
 
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, *, lost: bool = False) -> None:
         self.error = error
+        self.lost = lost
 
     def wait_for(self, text: str, timeout: float) -> bool:
         return False
 
+    def done(self) -> bool:
+        return True
+
     def finish(self, timeout: float) -> ExecResult:
-        return ExecResult(error=self.error)
+        return ExecResult(error=self.error, lost=self.lost)
 
 
 class _ParamikoRunning:
@@ -264,6 +310,24 @@ class _ParamikoRunning:
         self.err = bytearray()
         self.eof = False
         self.error: str | None = None
+        self.lost = False
+
+    def _dead(self) -> bool:
+        """The connection died under the command (the node is gone): noted as lost."""
+        transport = self.chan.get_transport()
+        # paramiko closes the channels of a dead transport a moment before it says so
+        settle = time.monotonic() + (0.5 if self.chan.closed else 0.0)
+        while transport is not None and transport.is_active():
+            if time.monotonic() >= settle:
+                return False
+            time.sleep(0.05)
+        self.lost = True
+        self.error = "ssh: the connection to the node was lost while the command ran"
+        return True
+
+    def done(self) -> bool:
+        """It ended (or its channel or connection closed): finish() returns at once."""
+        return bool(self.chan.exit_status_ready())
 
     def _drain_stderr(self) -> None:
         while self.chan.recv_stderr_ready():
@@ -281,6 +345,8 @@ class _ParamikoRunning:
             self._drain_stderr()
             if self.eof and self.chan.exit_status_ready():
                 self._drain_stderr()
+                if self.chan.closed and self.chan.exit_status < 0:
+                    self._dead()  # closed with no exit status: lost when the transport is
                 return False
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -292,8 +358,11 @@ class _ParamikoRunning:
             try:
                 data = self.chan.recv(65536)
             except TimeoutError:
+                if self._dead():
+                    return False
                 continue
             except (OSError, EOFError) as exc:
+                self.lost = True
                 self.error = f"ssh: connection lost: {exc or type(exc).__name__}"
                 return False
             if not data:
@@ -311,16 +380,23 @@ class _ParamikoRunning:
         self._pump(time.monotonic() + timeout)
         seconds = time.monotonic() - self.started
         if self.error is None and not (self.eof and self.chan.exit_status_ready()):
-            if self.chan.closed or not self.chan.get_transport().is_active():
-                self.error = "ssh: the connection was lost while the command ran"
-            else:
+            if not self._dead() and self.chan.closed:
+                self.error = "ssh: the channel closed while the command ran"
+            elif self.error is None:
                 self.chan.close()  # the node-side `timeout` ends the command itself
                 return ExecResult(
                     bytes(self.out), bytes(self.err), None, timed_out=True, seconds=seconds
                 )
         if self.error is not None:
             self.chan.close()
-            return ExecResult(bytes(self.out), bytes(self.err), None, error=self.error)
+            return ExecResult(
+                bytes(self.out),
+                bytes(self.err),
+                None,
+                error=self.error,
+                seconds=seconds,
+                lost=self.lost,
+            )
         status = self.chan.recv_exit_status()
         self.chan.close()
         rc: int | None = status if status >= 0 else None

@@ -8,9 +8,11 @@ Components this backend can apply:
 - ``nic-firmware``: the image (a local file, ``--image``) is copied to the node
   (``/var/tmp/gpuctl-rollout/``, mode 0600, its SHA-256 checked on the node), burned with
   ``mlxfwmanager -u -i IMAGE -y`` and loaded by the reboot that follows.
-- ``driver``: `gpuctl provision --limit NODE --tags nvidia_driver,fabric_manager` with
-  cluster.yml's pinned version, which must be the rollout's target (one source of truth: a
-  rollout never installs a version that a later `gpuctl provision` would undo).
+- ``driver``: `gpuctl provision --limit NODE --tags preflight_versions,nvidia_driver,
+  fabric_manager` (:data:`DRIVER_TAGS`: the preflight role's version gate first, as a full
+  `gpuctl provision` runs it, so a driver that the compatibility rules refuse is never
+  installed) with cluster.yml's pinned version, which must be the rollout's target (one source
+  of truth: a rollout never installs a version that a later `gpuctl provision` would undo).
 
 - ``gpu-firmware`` and ``bmc-firmware``: through the node's BMC over Redfish
   (:mod:`gpuctl.rollout.bmc`): the package (``--image``) is pushed to the BMC, GPU firmware is
@@ -408,22 +410,60 @@ def validate_with_gpuctl(cluster: Cluster, out_root: Path) -> ValidateFn:
             counter["n"] += 1
             out = out_root / f"{node}-{time.strftime('%Y%m%dT%H%M%S')}-{counter['n']}"
         try:
-            result = validate(cluster, level=level, limit=node, out=out)
+            # ib_write_bw partners outside the node: never one of its batch (being updated too)
+            result = validate(
+                cluster,
+                level=level,
+                limit=node,
+                out=out,
+                exclude=_batch_of(out_root.parent, node),
+                history=_history_of(out_root),
+            )
         except Exception as exc:  # the validation could not run: fail closed
             return ValidationOutcome(False, f"validation could not run: {exc}")
         verdicts = [n for n in result.report.nodes if n.node == node]
         if not verdicts:
             return ValidationOutcome(False, "validation returned no verdict for the node")
         if verdicts[0].failed:
-            return ValidationOutcome(False, drain_reason(verdicts[0]) or "validation failed")
+            return ValidationOutcome(False, drain_reason(verdicts[0], level) or "validation failed")
         return ValidationOutcome(True, f"validation {level} passed ({out.name})")
 
     return run
 
 
+def _batch_of(rollout_dir: Path, node: str) -> frozenset[str]:
+    """The nodes of ``node``'s batch in the rollout kept in ``rollout_dir`` (``node`` alone
+    when its plan cannot be read: then Slurm's drains keep the batch out, as the executor
+    drains each node before it updates it)."""
+    from gpuctl.rollout.store import RolloutStore
+
+    try:
+        batches = RolloutStore(rollout_dir).load().plan.batches
+    except Exception:  # no state (tests, a hand-made backend): the drains decide
+        return frozenset({node})
+    return next((frozenset(b) for b in batches if node in b), frozenset({node}))
+
+
+def _history_of(out_root: Path) -> Path | None:
+    """The validation history of the state dir that holds the rollout (``<state dir>/rollouts/
+    <id>/validate``), None elsewhere."""
+    from gpuctl.validation.history import history_path
+
+    rollouts = out_root.parent.parent
+    return history_path(rollouts.parent) if rollouts.name == "rollouts" else None
+
+
+# The driver component's provisioning: the version gate (playbooks/roles/preflight/tasks/
+# main.yml, tag preflight_versions: the compatibility rules of the whole version set), then
+# the driver and Fabric Manager roles. The gate is pure evaluation on the controller; a refused
+# version set fails the run before any package changes.
+DRIVER_TAGS = "preflight_versions,nvidia_driver,fabric_manager"
+
+
 def provision_with_gpuctl(cluster: Cluster, cluster_path: Path, state_dir: Path) -> ProvisionFn:
-    """The driver's update: the nvidia_driver and fabric_manager roles on one node (runs under
-    ``state_dir``, the loaded ``cluster`` rendered once per node)."""
+    """The driver's update: the version gate, then the nvidia_driver and fabric_manager roles
+    on one node (:data:`DRIVER_TAGS`; runs under ``state_dir``, the loaded ``cluster`` rendered
+    once per node)."""
     from gpuctl.provision import provision
 
     def run(node: str) -> str | None:
@@ -432,7 +472,7 @@ def provision_with_gpuctl(cluster: Cluster, cluster_path: Path, state_dir: Path)
                 cluster,
                 cluster_file=cluster_path,
                 limit=node,
-                tags="nvidia_driver,fabric_manager",
+                tags=DRIVER_TAGS,
                 state_dir=state_dir,
             )
         except Exception as exc:

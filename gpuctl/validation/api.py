@@ -6,12 +6,21 @@ Slurm what a report fails, over SSH to the controller; the plan is
 reads cluster.yml and picks the defaults. The nodes' own verdicts
 (:func:`gpuctl.validation.suite.judge_directory`) are merged here with the multi-node runs'
 (:mod:`gpuctl.validation.multinode`).
+
+Partners for ``--limit`` (:func:`choose_partners`): a node under test at standard or long that
+has no other node of its fabric in the run is measured with ib_write_bw against a node outside
+the limit, read once from ``scontrol show node`` on the controller and checked by
+:func:`gpuctl.validation.pairs.partner_refusal` (in service, not drained by anyone, not in
+``exclude``, not failed its last validation in the history of :mod:`gpuctl.validation.history`);
+idle ones first. Without one, the node is measured against itself (loopback), and its
+ib.write_bw verdicts say so, as they name the partner.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -21,9 +30,11 @@ from gpuctl.config.model import LEVELS, Cluster
 from gpuctl.errors import UsageError
 from gpuctl.remote import Connector, Target, Unreachable, connect
 from gpuctl.remote.ssh import ParamikoConnector, ssh_settings
-from gpuctl.slurm import NotUnderstood, read_nodes, show_argv
+from gpuctl.slurm import NotUnderstood, SlurmNode, read_nodes, show_argv
 from gpuctl.validation import multinode, multinode_collect
+from gpuctl.validation import pairs as pairing
 from gpuctl.validation.bundle import (
+    BundleFileError,
     PairRun,
     bundle_folders,
     check_bundle_dir,
@@ -32,6 +43,7 @@ from gpuctl.validation.bundle import (
     header_level,
     header_pairs,
     read_bundle_header,
+    read_node_meta,
     short,
     unreachable_in,
     write_results,
@@ -42,7 +54,9 @@ from gpuctl.validation.collector import (
     ProgressEvent,
     multinode_plan,
 )
-from gpuctl.validation.expect import expectations
+from gpuctl.validation.expect import NodeExpectation, expectations
+from gpuctl.validation.history import read_history, record_history
+from gpuctl.validation.probes import wants_ib_write_bw
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 from gpuctl.validation.scope import select_nodes, with_level
 from gpuctl.validation.slurm import (
@@ -136,13 +150,42 @@ def _judge(
         cluster=report.cluster,
         level=report.level,
         nodes=tuple(
-            NodeReport(n.node, n.checks + tuple(more.get(n.node, ())), n.unknown_fails)
+            NodeReport(
+                n.node,
+                _with_pairing(bundle, n.node, n.checks) + tuple(more.get(n.node, ())),
+                n.unknown_fails,
+            )
             for n in report.nodes
             if n.node in keep
         ),
         generated_at=report.generated_at,
         extra=extra,
     )
+
+
+def _with_pairing(
+    bundle: Path, node: str, checks: tuple[CheckResult, ...]
+) -> tuple[CheckResult, ...]:
+    """Each ib.write_bw verdict with how its pair was chosen where it was not another node of
+    the run (``with partner gpu003 (outside --limit)``, ``loopback: ...``), from the perftest
+    record of its HCA in the node's meta.json."""
+    if not any(c.check == "ib.write_bw" for c in checks):
+        return checks
+    try:
+        meta, _ = read_node_meta(bundle, node)
+    except (BundleFileError, OSError):
+        return checks
+    probes = meta.get("probes") if isinstance(meta, dict) else None
+    if not isinstance(probes, dict):
+        return checks
+    out: list[CheckResult] = []
+    for c in checks:
+        record = probes.get(f"perftest-{c.subject}") if c.check == "ib.write_bw" else None
+        note = record.get("pairing") if isinstance(record, dict) else None
+        if isinstance(note, str) and note and note not in c.message:
+            c = dataclasses.replace(c, message=f"{c.message} ({short(note, 300)})")
+        out.append(c)
+    return tuple(out)
 
 
 def _lost(node: NodeReport) -> bool:
@@ -163,13 +206,18 @@ def validate(
     pair_rounds: int | None = None,
     connector: Connector | None = None,
     on_progress: Callable[[ProgressEvent], None] | None = None,
+    exclude: Collection[str] = (),
+    history: Path | None = None,
 ) -> ValidateResult:
     """Collect every selected node's probe outputs over SSH into ``out`` (a new or empty
     directory) and judge them.
 
     ``level`` overrides every node's level from cluster.yml; ``limit`` selects nodes (see
     :func:`select_nodes`); ``connector`` replaces SSH (tests). The bundle also gets
-    ``results.json`` (the report, for `gpuctl report`).
+    ``results.json`` (the report, for `gpuctl report`). With ``limit``, ib_write_bw partners
+    are chosen outside it (:func:`choose_partners`), never one of ``exclude`` (a rollout's
+    batch); ``history``: the validation history file (read for partners, then updated with
+    this run's verdicts).
     """
     if level is not None and level not in LEVELS:
         raise UsageError(f"--level: {level!r} is not one of {', '.join(LEVELS)}")
@@ -184,6 +232,13 @@ def validate(
     exps = expectations(leveled)
     address = {n.name: n.address or n.name for n in cluster_nodes(cluster)}
     targets = [Target(n, address[n]) for n in nodes]
+    partners: list[Target] = []
+    no_partner = ""
+    if limit is not None:
+        chosen, no_partner = choose_partners(
+            cluster, connector, exps, nodes, level, exclude, history, become=become
+        )
+        partners = [Target(n, address[n]) for n in chosen]
     collector = Collector(
         connector,
         exps,
@@ -193,11 +248,16 @@ def validate(
         pair_rounds=pair_rounds,
         on_progress=on_progress,
         multinode=multinode_plan(cluster),
+        partners=partners,
+        no_partner=no_partner,
     )
     got = collector.collect(targets, out)
     now, clock_problem = collection_time({"collected_at": got.collected_at})
     report = _judge(cluster, out, nodes, level, now, clock_problem, got.collected_at)
     write_results(out, report)
+    if history is not None:
+        with contextlib.suppress(OSError):  # the run's verdicts stand without it
+            record_history(history, report, level=level, at=got.collected_at, bundle=out)
     return ValidateResult(
         bundle=out,
         report=report,
@@ -208,6 +268,82 @@ def validate(
         seconds=got.seconds,
         pairs=got.pairs,
     )
+
+
+def _slurm_nodes(
+    cluster: Cluster, connector: Connector, *, become: bool
+) -> tuple[dict[str, SlurmNode] | None, str]:
+    """``scontrol show node`` on the controller, once: node -> its state; or (None, why)."""
+    controller = cluster.slurm.controller
+    address = {n.name: n.address or n.name for n in cluster_nodes(cluster)}
+    try:
+        session = connect(
+            connector, Target(controller, address.get(controller, controller)), become=become
+        )
+    except Unreachable as exc:
+        return None, f"{controller} cannot be reached to read Slurm's node states: {exc.reason}"
+    try:
+        res = session.run(show_argv(), SCONTROL_TIMEOUT_S)
+        if failed(res):
+            return None, why_failed(f"scontrol show node on {controller}", res)
+        try:
+            records = read_nodes(res.stdout.decode("utf-8", errors="replace"))
+        except NotUnderstood as exc:
+            return None, f"scontrol show node on {controller}: output not understood ({exc})"
+        return {n: SlurmNode.from_record(r) for n, r in records.items()}, ""
+    finally:
+        with contextlib.suppress(Exception):
+            session.close()
+
+
+def choose_partners(
+    cluster: Cluster,
+    connector: Connector,
+    exps: Mapping[str, NodeExpectation],
+    nodes: Sequence[str],
+    level: str | None,
+    exclude: Collection[str] = (),
+    history: Path | None = None,
+    *,
+    become: bool = False,
+) -> tuple[list[str], str]:
+    """The ib_write_bw partners outside ``nodes`` (best first) for the nodes under test that
+    run ib_write_bw at ``level``, and, when there are none, why (the loopback's verdicts say
+    it). A candidate shares a fabric with a node under test and passes
+    :func:`gpuctl.validation.pairs.partner_refusal`; Slurm is read only when there is one."""
+    under = [n for n in nodes if wants_ib_write_bw(exps[n], level)]
+    fabrics = {nic.fabric for n in under for nic in exps[n].nics}
+    inside = set(nodes)
+    candidates = [
+        n
+        for n, exp in exps.items()
+        if n not in inside and any(nic.fabric in fabrics for nic in exp.nics)
+    ]
+    if not under or not candidates:
+        return [], "no node outside --limit shares its fabric" if under else ""
+    slurm, why = _slurm_nodes(cluster, connector, become=become)
+    if slurm is None:
+        return [], f"no partner outside --limit: {why}"
+    passed: dict[str, bool] = {}
+    if history is not None:
+        passed, problem = read_history(history)
+        if problem is not None:
+            return [], f"no partner outside --limit: the validation history is unusable: {problem}"
+    refused: dict[str, str] = {}
+    good: list[str] = []
+    for node in candidates:
+        why_not = pairing.partner_refusal(
+            node, slurm.get(node), passed.get(node), frozenset(exclude)
+        )
+        if why_not is None:
+            good.append(node)
+        else:
+            refused[node] = why_not
+    if good:
+        return pairing.rank_partners(good, slurm, passed), ""
+    said = "; ".join(f"{n} {w}" for n, w in sorted(refused.items())[:5])
+    more = f" and {len(refused) - 5} more" if len(refused) > 5 else ""
+    return [], f"no partner outside --limit: {said}{more}"
 
 
 def judge_bundle(

@@ -8,9 +8,20 @@ the multi-node nccl-tests through Slurm (:mod:`gpuctl.validation.multinode`). Wh
 gave is written into a bundle directory (:mod:`gpuctl.validation.bundle`).
 
 A node that cannot be reached (refused, timed out, authentication failed, host key unknown or
-different) is a failed node with the reason, never skipped. A probe that timed out is recorded
-as timed out, one that could not be started with its error, and every exit status is kept: the
-judges turn each of them into UNKNOWN or FAIL, never OK.
+different) is a failed node with the reason, never skipped. A node whose connection dies during
+the run (it lost power) is lost: noticed at once (:meth:`gpuctl.remote.LinkSession.lost`), a
+failed node (``lost: ...``), its remaining pairs dropped and the nodes it was paired with paired
+again, never failed for it.
+
+ib_write_bw partners (``validate --limit``): a node under test with no other node of its fabric
+in the run is the client of a pair with a partner, a node outside the limit that is known to be
+good (chosen by :mod:`gpuctl.validation.api`); the partner's side is not recorded, its name is
+(``pairing`` in each perftest record). With no partner, the node is measured against itself
+(loopback between its own HCAs, :func:`gpuctl.validation.pairs.loopback_hcas`).
+
+A probe that timed out is recorded as timed out (with how long it ran), one that could not be
+started with its error, and every exit status is kept: the judges turn each of them into
+UNKNOWN or FAIL, never OK.
 """
 
 from __future__ import annotations
@@ -72,7 +83,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 DEFAULT_PARALLEL = 64
-RETEST_PASSES = 2  # rounds of retests of ib_write_bw suspects
+RETEST_PASSES = 3  # passes of retests of ib_write_bw suspects (and of re-pairs after a loss)
 # Light probes of one node run at once on this many SSH channels of its connection (sshd's
 # MaxSessions is 10 by default).
 CHANNELS_PER_NODE = 3
@@ -81,11 +92,13 @@ CHANNELS_PER_NODE = 3
 @dataclass(frozen=True, slots=True)
 class ProgressEvent:
     kind: str  # "node" (a node's probes are done), "pair" (an ib_write_bw pair is done),
-    # "multinode" (a multi-node run of node group ``node`` is done)
+    # "multinode" (a multi-node run of node group ``node`` is done), "lost" (the connection to
+    # ``node`` died: ``detail`` says how), "loopback" (``node`` measured against itself)
     node: str = ""
-    status: str = ""  # node: "ok" | "unreachable"; pair: "ok" | "failed"
+    status: str = ""  # node: "ok" | "unreachable"; pair: "ok" | "failed" | "partner lost"
     done: int = 0
     total: int = 0
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +137,16 @@ class _NodeState(NodeFolder):
     target: Target
     session: LinkSession | None = None  # open from the node's probes until no longer needed
     reached: bool = False  # phase 1 connected to it
+    lost: str | None = None  # its connection died during the run: why
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """One pair as phase 2 sees it: the run, and the nodes found lost (or that could not be
+    reached again) while it ran; the other side then needs another pair."""
+
+    run: PairRun
+    lost: frozenset[str] = frozenset()
 
 
 class Collector:
@@ -141,6 +164,8 @@ class Collector:
         pair_rounds: int | None = None,
         on_progress: Callable[[ProgressEvent], None] | None = None,
         multinode: MultinodePlan | None = None,
+        partners: Sequence[Target] = (),
+        no_partner: str = "",
     ) -> None:
         if parallel < 1:
             raise UsageError("--parallel must be 1 or more")
@@ -158,6 +183,13 @@ class Collector:
         self._pair_nodes: set[str] = set()
         self._keep_open = True
         self._cancel = threading.Event()
+        # ib_write_bw partners outside --limit (never judged), best first; why there are none
+        self.partners = tuple(partners)
+        self.no_partner = no_partner
+        self._partner_states: dict[str, _NodeState] = {}
+        self._gone: set[str] = set()  # partners that could not be used (unreachable, lost)
+        self._port_shift = 0  # moves ib_write_bw ports past commands abandoned on a lost peer
+        self._notes: list[dict[str, Any]] = []  # per pair run: how its sides were chosen
 
     def _parallel(self, fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
         """``fn`` over ``items`` on ``workers`` threads. Ctrl-C (or any error) stops handing
@@ -225,7 +257,10 @@ class Collector:
             self._parallel(lambda p: self._probe(state, p), light, self.channels)
             for p in heavy:
                 self._probe(state, p)
-            if not (self._keep_open and state.target.node in self._pair_nodes):
+            why = state.session.lost()
+            if why is not None:
+                self._lose(state, why)
+            elif not (self._keep_open and state.target.node in self._pair_nodes):
                 self._close(state)
         state.write_meta()
         with self._count_lock:
@@ -235,7 +270,7 @@ class Collector:
             ProgressEvent(
                 "node",
                 state.target.node,
-                "unreachable" if state.unreachable else "ok",
+                "unreachable" if state.unreachable and not state.lost else "ok",
                 done,
                 total,
             )
@@ -253,6 +288,22 @@ class Collector:
                 state.session.close()
             state.session = None
 
+    def _lose(self, state: _NodeState, why: str) -> None:
+        """The connection to the node died (or it cannot be reached again): a node under test
+        is a failed node, ``lost: why``; a partner is not used again. Said at once."""
+        node = state.target.node
+        partner = node in self._partner_states
+        with state.lock:
+            if state.lost is not None or (state.unreachable is not None and not partner):
+                return
+            state.lost = why
+            if not partner:
+                state.unreachable = f"lost: {why}"
+        if partner:
+            self._gone.add(node)
+        self._close(state)
+        self.on_progress(ProgressEvent("lost", node, "partner" if partner else "node", detail=why))
+
     @contextlib.contextmanager
     def _borrow(self, state: _NodeState) -> Iterator[LinkSession]:
         """The node's open session, or a new connection for the time of one pair (when more
@@ -267,35 +318,96 @@ class Collector:
             with contextlib.suppress(Exception):
                 session.close()
 
+    def _pairing(self, server: str, client: str, peer_hca: str, hca: str) -> str | None:
+        """How a pair's sides were chosen, for the verdict: a partner, a loopback (None: two
+        nodes of the run)."""
+        if server == client:
+            why = f"; {self.no_partner}" if self.no_partner else ""
+            if peer_hca == hca:
+                return (
+                    f"loopback on {hca} itself (the node's only HCA on this fabric: proves the "
+                    f"adapter, not its cable){why}"
+                )
+            return f"loopback: server on {peer_hca} of the same node{why}"
+        if server in self._partner_states:
+            return f"with partner {server} (outside --limit)"
+        return None
+
     def _pair(
         self,
-        states: Mapping[str, _NodeState],
+        nodes: Mapping[str, _NodeState],
         fabric: str,
         server: str,
         client: str,
         retest: bool,
         record_server: bool = True,
-    ) -> PairRun:
-        srv, cli = states[server], states[client]
-        try:
-            with self._borrow(srv) as s_session, self._borrow(cli) as c_session:
-                ok = self._pair_hcas(srv, cli, s_session, c_session, fabric, retest, record_server)
-        except Unreachable as exc:
+    ) -> _Outcome:
+        """One pair (``server == client``: a loopback on that node)."""
+        srv, cli = nodes[server], nodes[client]
+        with contextlib.ExitStack() as stack:
+            sessions: dict[str, LinkSession] = {}
             for st, other in ((srv, cli), (cli, srv)):
-                if st is srv and not record_server:
+                if st.target.node in sessions:
                     continue
-                for hca in self._hcas(st.target.node, fabric):
-                    st.record(
-                        perftest_kind(hca),
-                        ExecResult(
-                            error=f"not measured: reconnecting for ib_write_bw with "
-                            f"{other.target.node}: {exc.reason}"
-                        ),
-                        ("ib_write_bw",),
-                        IB_WRITE_BW_TIMEOUT_S,
+                try:
+                    sessions[st.target.node] = stack.enter_context(self._borrow(st))
+                except Unreachable as exc:
+                    why = f"cannot be reached again for ib_write_bw: {exc.reason}"
+                    self._lose(st, why)
+                    self._partner_gone(
+                        other, fabric, st.target.node, why, 0, role_server=other is srv
                     )
-            ok = False
-        return PairRun(fabric, server, client, ok, retest)
+                    return _Outcome(
+                        PairRun(fabric, server, client, False, retest),
+                        frozenset({st.target.node}),
+                    )
+            ok, lost = self._pair_hcas(
+                srv, cli, sessions[server], sessions[client], fabric, retest, record_server
+            )
+        return _Outcome(PairRun(fabric, server, client, ok and not lost, retest), lost)
+
+    def _plan(self, server: str, client: str, fabric: str) -> list[tuple[str, str]]:
+        """(server HCA, client HCA) of each ib_write_bw run of a pair, in order."""
+        if server == client:
+            return pairing.loopback_hcas(self._hcas(client, fabric))
+        server_hcas = self._hcas(server, fabric)
+        return [
+            (hca if hca in server_hcas else server_hcas[i % len(server_hcas)], hca)
+            for i, hca in enumerate(self._hcas(client, fabric))
+        ]
+
+    def _partner_gone(
+        self,
+        survivor: _NodeState,
+        fabric: str,
+        gone: str,
+        why: str,
+        start: int,
+        *,
+        role_server: bool,
+        plan: Sequence[tuple[str, str]] | None = None,
+    ) -> None:
+        """The runs of a pair left from ``start`` on, for the side that is still there: not
+        measured, its peer was lost (never judged against the threshold; it is paired again)."""
+        node = survivor.target.node
+        if node in self._partner_states or node == gone:
+            return  # a partner's side is never recorded; a loopback's node is lost itself
+        if plan is None:
+            plan = self._plan(node, gone, fabric) if role_server else self._plan(gone, node, fabric)
+        for server_hca, client_hca in plan[start:]:
+            hca = server_hca if role_server else client_hca
+            survivor.record(
+                perftest_kind(hca),
+                ExecResult(
+                    error=f"not measured: partner {gone} was lost during ib_write_bw ({why}); "
+                    "paired again"
+                ),
+                ("ib_write_bw",),
+                IB_WRITE_BW_TIMEOUT_S,
+                role="server" if role_server else "client",
+                peer=gone,
+                partner_lost=True,
+            )
 
     def _pair_hcas(
         self,
@@ -306,19 +418,24 @@ class Collector:
         fabric: str,
         retest: bool,
         record_server: bool,
-    ) -> bool:
+    ) -> tuple[bool, frozenset[str]]:
         server, client = srv.target.node, cli.target.node
-        server_hcas = self._hcas(server, fabric)
+        loop = server == client
+        plan = self._plan(server, client, fabric)
+        base = IB_WRITE_BW_BASE_PORT + 16 * (self._port_shift % 32)
         ok = True
-        for i, hca in enumerate(self._hcas(client, fabric)):
-            peer_hca = hca if hca in server_hcas else server_hcas[i % len(server_hcas)]
-            port = IB_WRITE_BW_BASE_PORT + i
+        for i, (peer_hca, hca) in enumerate(plan):
+            port = base + i
             s_argv = ib_write_bw_server(peer_hca, port)
             c_argv = ib_write_bw_client(hca, port, srv.target.address)
-            extra_s = {"role": "server", "peer": client, "peer_hca": hca, "retest": retest}
-            extra_c = {"role": "client", "peer": server, "peer_hca": peer_hca, "retest": retest}
+            note = self._pairing(server, client, peer_hca, hca)
+            more: dict[str, Any] = {"retest": retest} | ({"pairing": note} if note else {})
+            extra_s = {"role": "server", "peer": client, "peer_hca": hca, **more}
+            extra_c = {"role": "client", "peer": server, "peer_hca": peer_hca, **more}
             t = IB_WRITE_BW_TIMEOUT_S
             running = s_session.spawn(s_argv, t)
+            c_res: ExecResult | None = None
+            not_run = ExecResult(error="not run")
             if not running.wait_for(SERVER_READY, IB_WRITE_BW_SERVER_START_S):
                 s_res = running.finish(KILL_AFTER_S + GRACE_S)
                 why = s_res.error or (
@@ -326,21 +443,56 @@ class Collector:
                     if s_res.rc is not None
                     else f"no '{SERVER_READY}' within {IB_WRITE_BW_SERVER_START_S} s"
                 )
-                c_res = ExecResult(
+                not_run = ExecResult(
                     error=f"not run: the ib_write_bw server on {server} ({peer_hca}) did not "
                     f"start: {why}"
                 )
             else:
-                c_res = self._run(c_session, c_argv, t)
-                s_res = running.finish()
+                c_run = c_session.spawn(c_argv, t)
+                c_res = c_run.finish_unless(s_session.lost)  # None: the server's node is lost
+                if c_res is None or c_res.lost or c_session.lost() is not None:
+                    s_res = running.abandon()
+                else:
+                    s_res = running.finish_unless(c_session.lost) or ExecResult(
+                        error=f"abandoned: {client} was lost"
+                    )
+            # a side whose connection died is lost: not this pair's measurement
+            gone: dict[str, str] = {}
+            for st, session, res in ((srv, s_session, s_res), (cli, c_session, c_res)):
+                why_lost = session.lost() or (res.error if res is not None and res.lost else None)
+                if why_lost is not None:
+                    gone.setdefault(st.target.node, why_lost)
+            if gone:
+                self._port_shift += 1  # the other side may still run a command on its port
+                for node, why_lost in gone.items():
+                    self._lose(srv if node == server else cli, why_lost)
+                if not loop:
+                    for survivor, other, as_server in ((cli, server, False), (srv, client, True)):
+                        if survivor.target.node in gone or (as_server and not record_server):
+                            continue
+                        self._partner_gone(
+                            survivor,
+                            fabric,
+                            other,
+                            gone[other],
+                            i,
+                            role_server=as_server,
+                            plan=plan,
+                        )
+                return False, frozenset(gone)
             # the server prints the same result table: each side's output goes to its own node,
-            # except in a retest against a node that passed already, where only the node under
-            # suspicion (the client) gets the new result
-            if record_server:
+            # except in a retest against a node that passed already (or a partner, or a
+            # loopback), where only the node under test (the client) gets the new result
+            if record_server and not loop:
                 srv.record(perftest_kind(peer_hca), s_res, s_argv, t, **extra_s)
-            cli.record(perftest_kind(hca), c_res, c_argv, t, **extra_c)
-            ok = ok and self._passes(client, hca, c_res) and self._passes(server, peer_hca, s_res)
-        return ok
+            cli.record(perftest_kind(hca), c_res or not_run, c_argv, t, **extra_c)
+            ok = (
+                ok
+                and c_res is not None
+                and self._passes(client, hca, c_res)
+                and (loop or self._passes(server, peer_hca, s_res))
+            )
+        return ok, frozenset()
 
     def _passes(self, node: str, hca: str, result: ExecResult) -> bool:
         exp = self.exps[node]
@@ -361,70 +513,117 @@ class Collector:
         by_fabric: dict[str, list[str]] = {}
         for node, st in states.items():
             exp = self.exps[node]
-            if not st.reached or node not in self._pair_nodes:
+            if not st.reached or st.unreachable is not None or node not in self._pair_nodes:
                 continue
             for fabric in dict.fromkeys(n.fabric for n in exp.nics):
                 by_fabric.setdefault(fabric, []).append(node)
         runs: list[PairRun] = []
         done = 0
 
-        def report(run: PairRun) -> None:
+        def report(out: _Outcome) -> None:
             nonlocal done
             done += 1
-            status = "ok" if run.passed else "failed"
-            self.on_progress(ProgressEvent("pair", run.client, status, done, total))
+            run = out.run
+            status = "partner lost" if out.lost else ("ok" if run.passed else "failed")
+            if run.server == run.client:
+                self.on_progress(ProgressEvent("loopback", run.client, status, done, total))
+                return
+            # the node the pair was for: the client, or the side still there after a loss
+            node = run.server if run.client in out.lost else run.client
+            if node in self._partner_states or node in out.lost:
+                return  # nothing left to say for it ("lost" was said)
+            self.on_progress(ProgressEvent("pair", node, status, done, total))
 
         # fabrics one after the other: a node on two fabrics never runs two tests at once
         # each pair holds two connections: without kept sessions, half as many pairs at once
         workers = self.parallel if self._keep_open else max(1, self.parallel // 2)
+        nodes = {**self._partner_states, **states}
         for fabric, members in sorted(by_fabric.items()):
-            runs += self._fabric_pairs(states, fabric, members, workers, report)
+            runs += self._fabric_pairs(nodes, fabric, members, workers, report)
         return runs
+
+    def _fabric_partners(self, fabric: str) -> list[str]:
+        """The partners outside --limit on ``fabric`` still usable, best first."""
+        return [
+            n
+            for n in self._partner_states
+            if n not in self._gone and any(nic.fabric == fabric for nic in self.exps[n].nics)
+        ]
 
     def _fabric_pairs(
         self,
-        states: Mapping[str, _NodeState],
+        nodes: Mapping[str, _NodeState],
         fabric: str,
         members: list[str],
         workers: int,
-        report: Callable[[PairRun], None],
+        report: Callable[[_Outcome], None],
     ) -> list[PairRun]:
         rounds = pairing.schedule(members, self.pair_rounds)
-        status: dict[str, bool] = {}  # node -> whether its last recorded pair passed
+        # node -> whether its last recorded pair passed; None: its peer was lost (pair again)
+        status: dict[str, bool | None] = {}
         tested: set[frozenset[str]] = set()
         runs: list[PairRun] = []
 
-        def play(rnd: pairing.Round, retest: bool, both: bool) -> list[PairRun]:
+        def live(node: str) -> bool:
+            st = nodes[node]
+            return node not in self._gone and st.unreachable is None and st.lost is None
+
+        def play(rnd: pairing.Round, retest: bool, both: bool) -> None:
+            rnd = [p for p in rnd if live(p[0]) and live(p[1])]
             got = self._parallel(
-                lambda p: self._pair(states, fabric, p[0], p[1], retest, both), rnd, workers
+                lambda p: self._pair(nodes, fabric, p[0], p[1], retest, both), rnd, workers
             )
-            for run in got:
-                report(run)
+            for out in got:
+                run = out.run
+                report(out)
+                runs.append(run)
+                note: dict[str, Any] = {}
+                if run.server == run.client:
+                    note["loopback"] = True
+                elif run.server in self._partner_states:
+                    note["partner"] = run.server
+                if out.lost:
+                    note["lost"] = sorted(out.lost)
+                self._notes.append(note)
                 tested.add(frozenset((run.server, run.client)))
+                if out.lost:
+                    for node in (run.server, run.client):
+                        if node not in out.lost and node in members:
+                            status[node] = None  # never failed for a lost peer
+                    continue
                 status[run.client] = run.passed
                 if both:
                     status[run.server] = run.passed
-            return got
 
         for rnd in rounds:
-            runs += play(rnd, False, True)
+            play(rnd, False, True)
+        # a node under test that no round covered (alone on its fabric in this run): against
+        # partners outside --limit
+        covered = pairing.covered(rounds)
+        alone = [n for n in members if n not in covered and live(n)]
+        for rnd in pairing.partner_rounds(alone, self._fabric_partners(fabric)):
+            play(rnd, False, False)
         # a failed pair does not say which node is at fault: each node whose last pair failed
-        # is tested again with a node that passed (or, while none has, with another suspect it
-        # has not met: a pair of those that passes clears both)
+        # is tested again with a node that passed or a partner (or, while there is none, with
+        # another suspect it has not met: a pair of those that passes clears both); a node
+        # whose peer was lost is paired again the same way
         for _ in range(RETEST_PASSES):
-            suspects = [n for n in members if status.get(n) is False]
-            good = [n for n in members if status.get(n) is True]
+            suspects = [n for n in members if live(n) and n in status and status[n] is not True]
+            good = [n for n in members if live(n) and status.get(n) is True]
+            good += self._fabric_partners(fabric)
             again = pairing.retest(suspects, good, tested)
             for rnd in again:
-                runs += play(rnd, True, not good)
+                play(rnd, True, not good)
             if not again:
                 break
-        covered = pairing.covered(rounds)
+        # no partner left for a node never measured (or whose peers were lost): loopback
+        rest = [n for n in members if live(n) and status.get(n) is None]
+        play([(n, n) for n in rest], False, False)
         for node in members:
-            if node in covered:
+            if node in status or not live(node):
                 continue
             for hca in self._hcas(node, fabric):
-                states[node].record(
+                nodes[node].record(
                     perftest_kind(hca),
                     ExecResult(
                         error=f"not measured: no other reachable node on fabric {fabric} "
@@ -501,6 +700,11 @@ class Collector:
         header = new_header(collected_at, self.level, [t.node for t in targets])
         write_header(out, header)
         states = {t.node: _NodeState(out / t.node, target=t) for t in targets}
+        self._partner_states = {
+            t.node: _NodeState(out / "_partners" / t.node, target=t)  # never written
+            for t in self.partners
+            if t.node not in states
+        }
         self._pair_nodes = {
             t.node for t in targets if wants_ib_write_bw(self.exps[t.node], self.level)
         }
@@ -510,7 +714,11 @@ class Collector:
             self._parallel(
                 lambda s: self._node(s, len(states)), list(states.values()), self.parallel
             )
-            pair_total = sum(1 for n, s in states.items() if s.reached and n in self._pair_nodes)
+            pair_total = sum(
+                1
+                for n, s in states.items()
+                if s.reached and s.unreachable is None and n in self._pair_nodes
+            )
             runs = self._pairs(states, max(1, pair_total // 2))
             self._multinode(states, out)
             for st in states.values():
@@ -529,7 +737,10 @@ class Collector:
                 "complete": True,
                 "seconds": round(seconds, 3),
                 "unreachable": unreachable,
-                "pairs": [r.to_json() for r in runs],
+                "lost": {n: s.lost for n, s in states.items() if s.lost is not None},
+                "pairs": [
+                    {**r.to_json(), **note} for r, note in zip(runs, self._notes, strict=False)
+                ],
             },
         )
         return CollectResult(out, unreachable, tuple(runs), collected_at, seconds)

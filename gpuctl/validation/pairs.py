@@ -8,11 +8,21 @@ count, two for an odd one), unless asked for more.
 
 A pair is ``(server, client)``: ib_write_bw's server runs on the first node, the client on the
 second, pointing at the server's address.
+
+Partners (``validate --limit``): a node under test with no other node of its fabric in the run
+is measured against a partner, a node of the same fabric outside the limit that is known to be
+good (:func:`partner_refusal` says the rule), as the client of a pair whose server is the
+partner (:func:`partner_rounds`); the partner is not judged. Where there is none, the node is
+measured against itself (:func:`loopback_hcas`: server on one of its HCAs, client on another,
+as AzureHPC's health checks pair ``mlx5_ib<i>`` with ``mlx5_ib<i+4>``; a node with one HCA runs
+both on that HCA, as their single-device test does, which proves the adapter but no cable).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence, Set
+
+from gpuctl.slurm import SlurmNode
 
 Pair = tuple[str, str]
 Round = list[Pair]
@@ -116,3 +126,73 @@ def retest(
 def covered(rounds: Sequence[Round]) -> set[str]:
     """Every node that takes part in at least one pair."""
     return {node for rnd in rounds for pair in rnd for node in pair}
+
+
+# ------------------------------------------------------------------------------------------
+# Partners outside --limit, and the loopback where there is none
+
+
+def partner_refusal(
+    node: str,
+    slurm: SlurmNode | None,
+    last_passed: bool | None,
+    exclude: Set[str] = frozenset(),
+) -> str | None:
+    """Why ``node`` (outside --limit, on the fabric of a node under test) cannot be its
+    partner, or None when it can: it must not be in ``exclude`` (the rollout batch), must be in
+    service in Slurm (a record, not drained by anyone, not down, not responding, not held) and
+    must not have failed its last validation (``last_passed``: gpuctl's validation history;
+    None: gpuctl has not validated it, and a node in service that nobody drained counts as
+    good)."""
+    if node in exclude:
+        return "in the same rollout batch"
+    if slurm is None:
+        return "not in scontrol show node"
+    if slurm.is_drained:
+        return f"drained ({slurm.reason or 'no reason given'})"
+    held = slurm.hold_reason()
+    if held is not None:
+        return held
+    if last_passed is False:
+        return "failed its last validation"
+    return None
+
+
+def rank_partners(
+    nodes: Sequence[str],
+    slurm: Mapping[str, SlurmNode],
+    passed: Mapping[str, bool] | None = None,
+) -> list[str]:
+    """``nodes`` best first: those whose last validation passed (``passed``: gpuctl's
+    validation history) before those gpuctl has not validated, idle ones first within each
+    (no job is disturbed), else in their order."""
+    record = passed or {}
+    return sorted(
+        nodes,
+        key=lambda n: (0 if record.get(n) is True else 1, 0 if "IDLE" in slurm[n].flags else 1),
+    )
+
+
+def partner_rounds(nodes: Sequence[str], partners: Sequence[str]) -> list[Round]:
+    """Rounds of ``(partner, node)`` pairs that test each of ``nodes`` once against one of
+    ``partners`` (the server), no partner in two pairs of a round; [] without partners."""
+    names = list(dict.fromkeys(nodes))
+    good = list(dict.fromkeys(p for p in partners if p not in names))
+    if not good:
+        return []
+    rounds: list[Round] = []
+    for start in range(0, len(names), len(good)):
+        chunk = names[start : start + len(good)]
+        rounds.append([(good[i], node) for i, node in enumerate(chunk)])
+    return rounds
+
+
+def loopback_hcas(hcas: Sequence[str]) -> list[tuple[str, str]]:
+    """``(server HCA, client HCA)`` of a node measured against itself: each HCA is the client
+    once, against the HCA half the count away (AzureHPC: mlx5_ib0 with mlx5_ib4, ... on an
+    8-HCA node); a lone HCA serves itself."""
+    names = list(dict.fromkeys(hcas))
+    n = len(names)
+    if n == 1:
+        return [(names[0], names[0])]
+    return [(names[(i + max(1, n // 2)) % n], names[i]) for i in range(n)]

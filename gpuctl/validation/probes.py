@@ -16,8 +16,11 @@ an 8-GPU node are far lower.
   the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports.
 - ``standard`` (typically a few minutes; budget 30 min): quick, plus single-node nccl-tests
   all_reduce_perf over every GPU and ``dcgmi diag -r 2``; then ib_write_bw between pairs of
-  nodes, every HCA one after the other (at most 75 s per HCA, typically 2-3 s), in one round
-  for an even count of nodes and two for an odd one, plus a retest round for failed pairs.
+  nodes, every HCA one after the other (``IB_WRITE_BW_TIMEOUT_S``: 60 s per HCA on the node,
+  killed 10 s later, the channel given up 25 s after that; the server gets 15 s to start;
+  typically 2-3 s), in one round for an even count of nodes and two for an odd one, plus retest
+  rounds for failed pairs (a node alone in the run: with a partner outside --limit, else a
+  loopback between its own HCAs, :mod:`gpuctl.validation.pairs`).
 - ``long`` (typically 30-60 min; budget 90 min): standard with ``dcgmi diag -r 3`` instead of
   ``-r 2``; then, once per node group, multi-node nccl-tests all_reduce_perf through Slurm
   (``srun`` on the controller, one rank per GPU) and, when that run is below its threshold,

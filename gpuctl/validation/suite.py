@@ -24,7 +24,8 @@ from gpuctl.validation.bundle import MISSING, NodeBundle, load_node_bundle, shor
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.judges import NODE_JUDGES
 from gpuctl.validation.judges.base import Evidence
-from gpuctl.validation.judges.fleet import judge_fleet_relative
+from gpuctl.validation.judges.blame import assign_blame, pair_peers
+from gpuctl.validation.judges.fleet import judge_fleet
 from gpuctl.validation.reports.charts import chart_marks, ib_write_bw_bars, node_charts
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 
@@ -186,11 +187,14 @@ def judge_cluster(
             extra.setdefault(key, {})[item.exp.node] = value
     if unknown_fails is None:
         unknown_fails = cluster.validation.unknown_is_failure
-    fraction = cluster.validation.thresholds.fleet_relative_min or 0.95
-    everything = [r for rs in per_node.values() for r in rs]
-    for check in ("nccl.busbw", "ib.write_bw"):
-        for r in judge_fleet_relative(everything, check, fraction):
-            per_node[r.node].append(r)
+    # the fleet: each measurement against the median of its peers (node group and GPU model;
+    # fabric and port rate), at the node's group's fleet_relative_min (judges/fleet.py)
+    for r in judge_fleet(per_node, exps):
+        per_node[r.node].append(r)
+    # which side of a failed ib_write_bw pair is to blame, and the causes a node shows
+    # (judges/blame.py); the partners are recorded in the bundle's meta.json files
+    peers = pair_peers(bundles, list(per_node)) if isinstance(bundles, Path) else {}
+    assign_blame(per_node, peers)
     extra.update(chart_marks(exps.values()))
     return ValidationReport(
         cluster=cluster.name,

@@ -257,3 +257,31 @@ def test_a_killed_rollout_resumes_to_the_same_end_state(cluster: Path, tmp_path:
     # nobody burned twice, and the resumed run reconciled the node it found in flight
     assert Counter(x["node"] for x in lines if x["event"] == "applied") == dict.fromkeys(COMPUTE, 1)
     assert any(x["event"] == "reconciling" for x in lines)
+
+
+def test_a_rollout_validates_the_updated_node_at_standard_with_a_partner(
+    cluster: Path, tmp_path: Path
+) -> None:
+    """One node at --validate-level standard: its validation measures ib_write_bw against a
+    node outside the rollout (in service, not in its batch), never 'no other reachable node'."""
+    version = "28.99.1005"
+    state = tmp_path / "s"
+    code, result, err = rollout(
+        cluster,
+        state,
+        *apply(version, tmp_path, "--limit", "gpu003", "--validate-level", "standard"),
+    )
+    assert code == 0, err[-3000:]
+    assert result["status"] == "done", result
+    root = state / "rollouts"
+    rid = (root / "current").read_text().strip()
+    bundles = sorted((root / rid / "validate").glob("gpu003-*"))
+    assert len(bundles) == 1, bundles
+    report = json.loads((bundles[0] / "results.json").read_text())
+    node = next(n for n in report["nodes"] if n["node"] == "gpu003")
+    bw = [c for c in node["checks"] if c["check"] == "ib.write_bw"]
+    assert [c["subject"] for c in bw] == [f"mlx5_{i}" for i in range(8)]
+    assert all(c["verdict"] == "ok" and c["measured"] > 375 for c in bw), bw
+    assert all("with partner gpu00" in c["message"] for c in bw), bw
+    assert [n["node"] for n in report["nodes"]] == ["gpu003"]  # the partner is not judged
+    wait_idle()

@@ -9,6 +9,8 @@ nodes, provisioned once for every test that needs it).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -167,3 +169,97 @@ def test_a_powered_off_node_is_a_failed_node_unreachable(cluster: Path, tmp_path
     finally:
         lab.start_node("gpu002")  # power it on again
         lab.wait_running("gpu002", lab.address_of("gpu002"))
+
+
+def test_one_node_at_standard_is_measured_against_a_partner_outside_the_limit(
+    cluster: Path, tmp_path: Path
+) -> None:
+    """`--limit gpu002 --level standard`: ib_write_bw of gpu002 with a node outside the limit
+    that Slurm has in service (the partner is not judged; each verdict names it)."""
+    code, report, err = _validate(cluster, tmp_path, "--level", "standard", "--limit", "gpu002")
+    assert code == 0, (_bad(report), err[-2000:])
+    assert [n["node"] for n in report["nodes"]] == ["gpu002"]
+    bw = _checks(report, "gpu002", "ib.write_bw")
+    assert [c["subject"] for c in bw] == [f"mlx5_{i}" for i in range(8)]
+    assert all(c["verdict"] == "ok" and c["measured"] > 375 for c in bw), bw
+    assert all("(with partner gpu001 (outside --limit))" in c["message"] for c in bw) or all(
+        "(with partner gpu003 (outside --limit))" in c["message"] for c in bw
+    ), bw
+
+
+def _force_off(node: str) -> None:
+    """Power the node off at once (the supervisor's SIGUSR2: its container's init killed with
+    SIGKILL, as losing power would), and wait until it is off."""
+    from gpuctl.lab import supervisor, system
+
+    pid = supervisor.live_pid(system.run_dir() / f"{node}.pid")
+    assert pid is not None, f"{node} is not running"
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 30
+    while lab.node_running(node):
+        assert time.monotonic() < deadline, f"{node} did not power off"
+        time.sleep(0.2)
+
+
+def _phase_one_done(bundle: Path, nodes: tuple[str, ...]) -> bool:
+    """Every node's own probes are done (its meta.json no longer says 'not finished')."""
+    for node in nodes:
+        try:
+            text = (bundle / node / "meta.json").read_text(encoding="utf-8")
+        except OSError:
+            return False
+        if "not finished" in text:
+            return False
+    return True
+
+
+def test_a_node_that_loses_power_mid_run_is_lost_and_the_run_finishes_in_seconds(
+    cluster: Path, tmp_path: Path
+) -> None:
+    """gpu002 loses power as the ib_write_bw pairs start: the run notices at once, fails it as
+    lost (counted unreachable), pairs its peers again and never fails them for it."""
+    out = tmp_path / "bundle-lost"
+    stdout, stderr = tmp_path / "out.json", tmp_path / "err.txt"
+    with stdout.open("w") as fo, stderr.open("w") as fe:
+        proc = subprocess.Popen(
+            [GPUCTL, "validate", str(cluster), "--json", "--out", str(out), "--level", "standard"],
+            stdout=fo,
+            stderr=fe,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while not _phase_one_done(out, GPUS):
+            assert proc.poll() is None, stderr.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the nodes' own probes did not finish"
+            time.sleep(0.2)
+        _force_off("gpu002")
+        cut = time.monotonic()
+        code = proc.wait(timeout=300)
+        assert time.monotonic() - cut < 90, "the run did not finish within 90 s of the loss"
+        err = stderr.read_text()
+        assert code == 1, err[-3000:]
+        report = json.loads(stdout.read_text())
+        assert [n["node"] for n in report["nodes"] if n["failed"]] == ["gpu002"], _bad(report)
+        reach = _checks(report, "gpu002", "node.reachable")
+        assert [c["verdict"] for c in reach] == ["fail"]
+        assert "lost" in reach[0]["message"], reach
+        assert "1 unreachable (1 lost during the run)" in err, err[-2000:]
+        assert "lost: node gpu002" in err
+        for node in ("gpu001", "gpu003"):  # its peers: paired again, never failed for it
+            bw = _checks(report, node, "ib.write_bw")
+            assert [c["verdict"] for c in bw] == ["ok"] * 8, bw
+        header = json.loads((out / "bundle.json").read_text())
+        assert list(header["lost"]) == ["gpu002"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        lab.start_node("gpu002")  # power it on again
+        lab.wait_running("gpu002", lab.address_of("gpu002"))
+        # back in service for the tests after this one (slurmd registers again; a node that
+        # Slurm saw go away unexpectedly is resumed)
+        deadline = time.monotonic() + 120
+        while (state := _ctl("sinfo -h -n gpu002 -o %t").strip()) != "idle":
+            if state.startswith("down") and "*" not in state:
+                _ctl("scontrol update nodename=gpu002 state=resume")
+            assert time.monotonic() < deadline, state
+            time.sleep(2)

@@ -303,7 +303,11 @@ def test_unreachable_nodes_are_left_out_of_the_pairs(cluster_yml: Path) -> None:
     assert res.failed_nodes == ["gpu003"]
 
 
-def test_a_node_alone_on_its_fabric_is_not_measured_not_passed(cluster_yml: Path) -> None:
+def test_a_node_alone_on_its_fabric_is_measured_against_itself_and_says_so(
+    cluster_yml: Path,
+) -> None:
+    """No other reachable node (and no --limit, so no partner): a loopback between the node's
+    own HCAs (as AzureHPC's health checks), named in each verdict."""
     conn = FakeConnector(Sim(), unreachable={"gpu002": "x", "gpu003": "y"})
     res = validate(
         load_cluster(cluster_yml), level="standard", out=cluster_yml.parent / "b", connector=conn
@@ -311,9 +315,10 @@ def test_a_node_alone_on_its_fabric_is_not_measured_not_passed(cluster_yml: Path
     bw = [c for c in next(n for n in res.report.nodes if n.node == "gpu001").checks
           if c.check == "ib.write_bw"]  # fmt: skip
     assert len(bw) == 8
-    assert {c.verdict for c in bw} == {Verdict.UNKNOWN}
-    assert "no other reachable node" in bw[0].message
-    assert "gpu001" in res.failed_nodes
+    assert {c.verdict for c in bw} == {Verdict.OK}
+    assert "(loopback: server on mlx5_4 of the same node)" in bw[0].message
+    assert "(loopback: server on mlx5_0 of the same node)" in bw[4].message
+    assert res.failed_nodes == ["gpu002", "gpu003"]
 
 
 def test_limit_collects_and_judges_only_the_selected_nodes(cluster_yml: Path) -> None:
@@ -432,7 +437,7 @@ def test_exit_codes_and_errors_are_kept(cluster_yml: Path, tmp_path: Path) -> No
     assert probes["smi-xml"]["rc"] == 6
     assert probes["smi-xml"]["stderr"] == "No devices were found\n"
     assert probes["smi-xml"]["error"] == (
-        "nvidia-smi exited with 6 and printed nothing: No devices were found"
+        "nvidia-smi exited with 6, nothing on stdout; stderr: No devices were found"
     )
     assert probes["ibstat"]["error"] == "ibstat: command not found (exit 127)"
     assert probes["topo"]["error"] == "ssh: connection lost"

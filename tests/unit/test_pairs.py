@@ -113,3 +113,76 @@ def test_retest_without_a_good_node_pairs_suspects_that_have_not_met() -> None:
     # a and b passed: c is tested against one of them (not again with one it met)
     assert retest(["c"], ["a", "b"], tested | {frozenset("ab")}) == []
     assert retest(["c"], ["a", "b", "d"], tested) == [[("d", "c")]]
+
+
+# ------------------------------------------------------------------------------------------
+# Partners outside --limit, and the loopback
+
+
+def test_a_partner_is_in_service_not_excluded_and_did_not_fail_its_last_validation() -> None:
+    from gpuctl.slurm import SlurmNode
+    from gpuctl.validation.pairs import partner_refusal
+
+    idle = SlurmNode(frozenset({"IDLE"}))
+    assert partner_refusal("gpu003", idle, None) is None  # never validated, in service
+    assert partner_refusal("gpu003", idle, True) is None
+    assert partner_refusal("gpu003", idle, False) == "failed its last validation"
+    assert partner_refusal("gpu003", idle, True, {"gpu003"}) == "in the same rollout batch"
+    assert partner_refusal("gpu003", None, True) == "not in scontrol show node"
+    ours = SlurmNode(frozenset({"IDLE", "DRAIN"}), "gpuctl: gpu.count 7 GPUs")
+    assert partner_refusal("gpu003", ours, True) == "drained (gpuctl: gpu.count 7 GPUs)"
+    theirs = SlurmNode(frozenset({"IDLE", "DRAIN"}), "maintenance")
+    assert partner_refusal("gpu003", theirs, True) == "drained (maintenance)"
+    for flags in ({"DOWN"}, {"IDLE", "*"}, {"IDLE", "NOT_RESPONDING"}, {"MAINT"}, {"IDLE", "~"}):
+        why = partner_refusal("gpu003", SlurmNode(frozenset(flags)), True)
+        assert why is not None, flags
+
+
+def test_idle_partners_are_ranked_first() -> None:
+    from gpuctl.slurm import SlurmNode
+    from gpuctl.validation.pairs import rank_partners
+
+    slurm = {
+        "a": SlurmNode(frozenset({"MIXED"})),
+        "b": SlurmNode(frozenset({"IDLE"})),
+        "c": SlurmNode(frozenset({"ALLOCATED"})),
+        "d": SlurmNode(frozenset({"IDLE"})),
+    }
+    assert rank_partners(["a", "b", "c", "d"], slurm) == ["b", "d", "a", "c"]
+    # a node whose last validation passed comes before one gpuctl has not validated
+    assert rank_partners(["a", "b", "c", "d"], slurm, {"c": True, "d": True}) == [
+        "d",
+        "c",
+        "b",
+        "a",
+    ]
+
+
+@given(names, names)
+def test_partner_rounds_test_each_node_once_no_partner_twice_a_round(
+    nodes: list[str], partners: list[str]
+) -> None:
+    from gpuctl.validation.pairs import partner_rounds
+
+    rounds = partner_rounds(nodes, partners)
+    _no_node_twice(rounds)
+    good = [p for p in partners if p not in nodes]
+    if not good:
+        assert rounds == []
+        return
+    assert sorted(c for rnd in rounds for _, c in rnd) == sorted(nodes)
+    assert all(s in good for rnd in rounds for s, _ in rnd)
+
+
+def test_loopback_pairs_each_hca_with_the_one_half_the_count_away() -> None:
+    from gpuctl.validation.pairs import loopback_hcas
+
+    eight = [f"mlx5_{i}" for i in range(8)]
+    got = loopback_hcas(eight)
+    assert got[:4] == [("mlx5_4", "mlx5_0"), ("mlx5_5", "mlx5_1"), ("mlx5_6", "mlx5_2"),
+                       ("mlx5_7", "mlx5_3")]  # fmt: skip
+    assert got[4] == ("mlx5_0", "mlx5_4")
+    assert sorted(c for _, c in got) == eight  # every HCA is a client once
+    assert all(s != c for s, c in got)
+    assert loopback_hcas(["mlx5_0", "mlx5_1"]) == [("mlx5_1", "mlx5_0"), ("mlx5_0", "mlx5_1")]
+    assert loopback_hcas(["mlx5_0"]) == [("mlx5_0", "mlx5_0")]  # one HCA serves itself

@@ -409,3 +409,46 @@ def test_driver_apply_runs_the_provisioning_once_per_node(cluster_yml: Path) -> 
     with pytest.raises(BackendError, match=r"gpuctl provision of gpu002: run .* failed"):
         b.apply("gpu002", Component.DRIVER, "x")
     assert calls == ["gpu001", "gpu002"]
+
+
+def test_a_driver_rollout_runs_the_version_gate_before_the_driver_roles(
+    cluster_yml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpuctl rollout --component driver` provisions with the preflight role's version gate
+    (tag preflight_versions), as a full `gpuctl provision` does: its --tags used to skip it."""
+    import gpuctl.provision
+    from gpuctl.provision import ProvisionResult, RunRecord
+    from gpuctl.rollout.cluster import DRIVER_TAGS, provision_with_gpuctl
+
+    seen: list[dict[str, object]] = []
+
+    def fake_provision(cluster: object, **kw: object) -> ProvisionResult:
+        seen.append(kw)
+        record = RunRecord("r1", "c", "now", status="successful")
+        return ProvisionResult("r1", tmp_path, record, 0.0)
+
+    monkeypatch.setattr(gpuctl.provision, "provision", fake_provision)
+    run = provision_with_gpuctl(load_cluster(cluster_yml), cluster_yml, tmp_path)
+    assert run("gpu001") is None
+    assert seen[0]["limit"] == "gpu001"
+    assert seen[0]["tags"] == DRIVER_TAGS
+    assert DRIVER_TAGS.split(",") == ["preflight_versions", "nvidia_driver", "fabric_manager"]
+
+
+def test_the_driver_tags_name_the_version_gate_and_the_driver_roles() -> None:
+    """Each tag of DRIVER_TAGS selects what it is meant to: preflight_versions the version gate
+    (and nothing else of the preflight role), the others their roles in site.yml."""
+    import yaml
+
+    from gpuctl.rollout.cluster import DRIVER_TAGS
+
+    preflight = yaml.safe_load(
+        (ROOT / "playbooks/roles/preflight/tasks/main.yml").read_text(encoding="utf-8")
+    )
+    gated = [t for t in preflight if "preflight_versions" in t.get("tags", [])]
+    assert [t["ansible.builtin.include_tasks"]["file"] for t in gated] == ["versions.yml"]
+    assert "preflight_versions" in gated[0]["ansible.builtin.include_tasks"]["apply"]["tags"]
+    site = (ROOT / "playbooks/site.yml").read_text(encoding="utf-8")
+    assert "import_playbook: preflight.yml" in site
+    for role in DRIVER_TAGS.split(",")[1:]:
+        assert (ROOT / "playbooks/roles" / role / "tasks/main.yml").is_file()
