@@ -113,7 +113,7 @@ def test_a_lost_gpu_fails_and_drains_exactly_that_node_until_it_is_fixed(
         assert f"missing: {LOST_GPU_PCI}" in count[0]["message"]  # names the GPU
         reason = _drain_reasons()["gpu002"]
         assert reason.startswith(
-            f"gpuctl: gpu.count 7 GPUs visible, expected 8; missing: {LOST_GPU_PCI}"
+            f"gpuctl: gpu.count 7 GPUs visible, expected 8, missing: {LOST_GPU_PCI}"
         )
         assert f"drained gpu002: {reason}" in err
         assert "gpu001" not in _drain_reasons()
