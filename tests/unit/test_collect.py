@@ -570,7 +570,11 @@ class _ExecServer:
             self.transports.append(t)
             # with an event start_server returns at once: a client that gave up on a
             # connection (a refused host key) never keeps the next one from being accepted
-            t.start_server(event=threading.Event(), server=_Iface(self.client_key))
+            t.start_server(event=threading.Event(), server=self.interface())
+
+    def interface(self) -> paramiko.ServerInterface:
+        """What answers the client's requests (a subclass answers otherwise)."""
+        return _Iface(self.client_key)
 
     def close(self) -> None:
         self.sock.close()

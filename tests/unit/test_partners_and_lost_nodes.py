@@ -338,16 +338,8 @@ class _Hold(_Iface):
 
 
 class _HoldServer(_ExecServer):
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            t = paramiko.Transport(conn)
-            t.add_server_key(self.host_key)
-            self.transports.append(t)
-            t.start_server(event=threading.Event(), server=_Hold(self.client_key))
+    def interface(self) -> paramiko.ServerInterface:
+        return _Hold(self.client_key)
 
 
 def test_paramiko_a_connection_that_dies_under_a_command_is_lost_not_timed_out(
