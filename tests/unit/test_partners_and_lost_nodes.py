@@ -67,6 +67,18 @@ class WithSlurm:
 IDLE = ("IDLE", None)
 
 
+def _standard(cluster_yml: Path, tmp_path: Path, conn: Any, limit: str, **kw: Any) -> Any:
+    """`validate --level standard --limit LIMIT` over ``conn`` into tmp_path/b."""
+    return validate(
+        load_cluster(cluster_yml),
+        level="standard",
+        limit=limit,
+        out=tmp_path / "b",
+        connector=conn,
+        **kw,
+    )
+
+
 def _bw(res: Any, node: str) -> list[Any]:
     return [
         c for c in next(n for n in res.report.nodes if n.node == node).checks
@@ -88,14 +100,7 @@ def test_a_limited_node_is_measured_against_an_idle_partner_outside_the_limit(
         "gpu003": ("MIXED", None),
     }
     conn = FakeConnector(WithSlurm(states))
-    res = validate(
-        load_cluster(cluster_yml),
-        level="standard",
-        limit="gpu001",
-        out=tmp_path / "b",
-        connector=conn,
-        history=tmp_path / "validated.json",
-    )
+    res = _standard(cluster_yml, tmp_path, conn, "gpu001", history=tmp_path / "validated.json")
     assert [n.node for n in res.report.nodes] == ["gpu001"]  # the partner is not judged
     bw = _bw(res, "gpu001")
     assert [c.verdict for c in bw] == [Verdict.OK] * 8, [c.message for c in bw]
@@ -114,13 +119,7 @@ def test_a_limited_node_is_measured_against_an_idle_partner_outside_the_limit(
 
 def test_idle_partners_come_first(cluster_yml: Path, tmp_path: Path) -> None:
     states = {"gpu001": IDLE, "gpu002": ("ALLOCATED", None), "gpu003": IDLE}
-    res = validate(
-        load_cluster(cluster_yml),
-        level="standard",
-        limit="gpu001",
-        out=tmp_path / "b",
-        connector=FakeConnector(WithSlurm(states)),
-    )
+    res = _standard(cluster_yml, tmp_path, FakeConnector(WithSlurm(states)), "gpu001")
     assert [p.server for p in res.pairs] == ["gpu003"]
 
 
@@ -132,14 +131,8 @@ def test_no_partner_means_a_loopback_between_the_nodes_own_hcas_said_in_the_verd
     history = tmp_path / "validated.json"
     history.write_text(json.dumps({"nodes": {"gpu002": {"passed": False}}}))
     conn = FakeConnector(WithSlurm({"gpu001": IDLE, "gpu002": IDLE, "gpu003": IDLE}))
-    res = validate(
-        load_cluster(cluster_yml),
-        level="standard",
-        limit="gpu001",
-        out=tmp_path / "b",
-        connector=conn,
-        exclude={"gpu001", "gpu003"},
-        history=history,
+    res = _standard(
+        cluster_yml, tmp_path, conn, "gpu001", exclude={"gpu001", "gpu003"}, history=history
     )
     bw = _bw(res, "gpu001")
     assert [c.verdict for c in bw] == [Verdict.OK] * 8, [c.message for c in bw]
@@ -165,13 +158,7 @@ def test_slurm_that_cannot_be_read_gives_no_partner(cluster_yml: Path, tmp_path:
             return FakeRunning(ExecResult(b"", b"slurm_load_node error: Unable to contact\n", 1))
         return sim(node, argv)
 
-    res = validate(
-        load_cluster(cluster_yml),
-        level="standard",
-        limit="gpu002",
-        out=tmp_path / "b",
-        connector=FakeConnector(answer),
-    )
+    res = _standard(cluster_yml, tmp_path, FakeConnector(answer), "gpu002")
     bw = _bw(res, "gpu002")
     assert all("loopback" in c.message and "Unable to contact" in c.message for c in bw)
 
