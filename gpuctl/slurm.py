@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from gpuctl.validation.parsers.slurm import SCONTROL_NODE, split_state
 from gpuctl.validation.parsing import parse
+from gpuctl.validation.plausible import finite
 from gpuctl.validation.results import CheckResult, NodeReport, Verdict, is_host_name, printable
 
 # The state words, from sinfo(1) "NODE STATE CODES" and scontrol(1) "State=" (Slurm 24.05,
@@ -278,18 +279,11 @@ def _fit(text: str, limit: int) -> str:
     return text.rstrip() + "..."
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if number == number and abs(number) != float("inf") else None
-
-
 def _detail(result: CheckResult) -> str:
     """What one failed result says in a reason: the measurement against its threshold, each
     number with its unit (``120 GB/s < 360 GB/s``), else the judge's message; the subject
     (GPU, HCA) first. Never the separator of checks."""
-    measured, expected = _number(result.measured), _number(result.expected)
+    measured, expected = finite(result.measured), finite(result.expected)
     unit = f" {result.unit}" if result.unit else ""
     if result.verdict is Verdict.UNKNOWN:
         text = f"unknown: {result.message}"

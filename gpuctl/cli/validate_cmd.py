@@ -12,19 +12,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuctl.cli.exit_codes import ExitCode
-from gpuctl.cli.output import err_console, out_console, print_json
+from gpuctl.cli.output import err_console, literal, out_console, print_json
 from gpuctl.config import load_cluster
 from gpuctl.errors import UsageError
 from gpuctl.fileio import write_atomic
 from gpuctl.provision.runner import state_dir_for
 from gpuctl.validation.api import ValidateResult, drain_failed, judge_bundle, validate
 from gpuctl.validation.bundle import check_bundle_dir
-from gpuctl.validation.collector import DEFAULT_PARALLEL, ProgressEvent
+from gpuctl.validation.collector import DEFAULT_PARALLEL, LOST_PREFIX, ProgressEvent
 from gpuctl.validation.history import history_path
 from gpuctl.validation.reports.html import render_html
 from gpuctl.validation.reports.junit import render_junit
 from gpuctl.validation.reports.prom import render_prometheus
-from gpuctl.validation.results import ValidationReport, Verdict, printable
+from gpuctl.validation.results import ValidationReport, Verdict
 from gpuctl.validation.scope import select_nodes
 from gpuctl.validation.slurm import DrainResult
 from gpuctl.validation.suite import fewer_gc_passes
@@ -33,10 +33,8 @@ MAX_PROBLEMS_SHOWN = 4
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "unknown": "magenta"}
 
 
-def _say(text: str) -> str:
-    """Text from a node or from Slurm for the terminal: control characters escaped (an ESC
-    sequence in a kernel log line must not reach the operator's terminal), rich markup too."""
-    return escape(printable(text))
+# text from a node or from Slurm, printed literally (gpuctl.cli.output.literal)
+_say = literal
 
 
 def default_out(cluster_path: Path) -> Path:
@@ -255,7 +253,7 @@ def validate_cmd(
         _print_drain(drained)
     s = report.summary()
     where = f" in {result.seconds:.0f} s" if bundle is None else ""
-    lost = sum(1 for why in result.unreachable.values() if why.startswith("lost: "))
+    lost = sum(1 for why in result.unreachable.values() if why.startswith(LOST_PREFIX))
     console.print(
         f"{s['nodes']} nodes: {s['failed']} failed, {len(result.unreachable)} unreachable"
         f"{f' ({lost} lost during the run)' if lost else ''}"

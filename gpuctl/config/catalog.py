@@ -94,6 +94,16 @@ def health_defaults() -> dict[str, Any]:
     return dict(load_data("health.yml"))
 
 
+@cache
+def default_fatal_xids() -> tuple[int, ...]:
+    """The Xids that fail a node unless cluster.yml sets xid_fatal: every Xid of data/xid.yml
+    whose action is not `monitor` (isolate, reboot, reset), in order."""
+    actions = load_data("xid.yml")["actions"]
+    return tuple(
+        sorted(int(x) for action, xids in actions.items() if action != "monitor" for x in xids)
+    )
+
+
 # ------------------------------------------------------------------------------------------
 # Physical ceilings: what no measurement of a link can exceed (gpuctl/data/limits.yml)
 

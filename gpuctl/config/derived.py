@@ -6,11 +6,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuctl.config.catalog import gpu_spec, health_defaults, ib_rates, roce_rates
+from gpuctl.config.catalog import (
+    default_fatal_xids,
+    gpu_spec,
+    health_defaults,
+    ib_rates,
+    roce_rates,
+)
 from gpuctl.config.facts import effective_interconnect, fabric_rate, has_nvswitch
 from gpuctl.config.model import Cluster, Fabric, NodeGroup, Thresholds
 from gpuctl.config.rules.settings import THRESHOLD_CHECKS
-from gpuctl.resources import load_data
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +57,7 @@ def effective_thresholds(cluster: Cluster, group: NodeGroup, gi: int) -> dict[st
     values: dict[str, ThresholdValue] = {}
     for key, value in health_defaults().items():
         values[key] = ThresholdValue(value, "gpuctl default (data/health.yml)")
-    values.setdefault("xid_fatal", ThresholdValue(_default_fatal_xids(), _XID_SOURCE))
+    values.setdefault("xid_fatal", ThresholdValue(list(default_fatal_xids()), _XID_SOURCE))
     if group.gpus is not None:
         spec = gpu_spec(group.gpus.model.value)
         for key, value in spec.thresholds.items():
@@ -76,13 +81,6 @@ def effective_thresholds(cluster: Cluster, group: NodeGroup, gi: int) -> dict[st
 
 
 _XID_SOURCE = "gpuctl default (data/xid.yml: the isolate, reboot and reset actions)"
-
-
-def _default_fatal_xids() -> list[int]:
-    """The Xids that fail a node unless cluster.yml sets xid_fatal: every Xid of data/xid.yml
-    whose action is not `monitor`."""
-    actions = load_data("xid.yml")["actions"]
-    return sorted(int(x) for action, xids in actions.items() if action != "monitor" for x in xids)
 
 
 def _ib_write_bw_floor(cluster: Cluster, group: NodeGroup) -> ThresholdValue | None:

@@ -252,10 +252,10 @@ class _ParamikoLink:
     def start(self, command: str) -> Running:
         started = time.monotonic()
         try:
-            transport = self.client.get_transport()
-            if transport is None or not transport.is_active():
-                return _Failed("ssh: the connection to the node was lost", lost=True)
-            chan = transport.open_session(timeout=30)
+            why = self.lost()
+            if why is not None:
+                return _Failed(why, lost=True)
+            chan = self.client.get_transport().open_session(timeout=30)
             chan.exec_command(command)
             chan.shutdown_write()  # nothing on stdin: a command that reads it gets EOF
         except Exception as exc:  # paramiko raises many kinds: all mean "could not run"

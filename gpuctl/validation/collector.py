@@ -83,6 +83,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 DEFAULT_PARALLEL = 64
+# how a node whose connection died during the run is marked unreachable (the CLI counts them)
+LOST_PREFIX = "lost: "
 RETEST_PASSES = 3  # passes of retests of ib_write_bw suspects (and of re-pairs after a loss)
 # Light probes of one node run at once on this many SSH channels of its connection (sshd's
 # MaxSessions is 10 by default).
@@ -298,7 +300,7 @@ class Collector:
                 return
             state.lost = why
             if not partner:
-                state.unreachable = f"lost: {why}"
+                state.unreachable = f"{LOST_PREFIX}{why}"
         if partner:
             self._gone.add(node)
         self._close(state)

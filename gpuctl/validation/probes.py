@@ -199,6 +199,17 @@ def collects(exp: NodeExpectation, kind: str, level: str | None = None) -> bool:
     return any(p.kind == kind for p in probes_for(exp, level))
 
 
+def option(kind: str, flag: str, level: str | None = None) -> str | None:
+    """The value the probe table passes after ``flag`` to the probe of ``kind`` (the first one
+    that runs at ``level``, any level when None): ``-r`` of dcgmi diag, ``-e`` of nccl-tests."""
+    for probe in PROBES:
+        if probe.kind != kind or (level is not None and level not in probe.levels):
+            continue
+        if flag in probe.argv[:-1]:
+            return probe.argv[probe.argv.index(flag) + 1]
+    return None
+
+
 def wants_ib_write_bw(exp: NodeExpectation, level: str | None = None) -> bool:
     """Whether the node takes part in ib_write_bw between nodes (and its judge applies)."""
     return any_nic(exp) and (level or exp.level) != QUICK

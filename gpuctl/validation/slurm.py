@@ -112,7 +112,6 @@ def plan(
         drained = state is not None and state.is_drained
         ours = state is not None and state.drained_by(OWNER)
         if node.failed:
-            reason = drain_reason_for(node, PREFIX, report.level) or f"{PREFIX} validation failed"
             if state is None:
                 out.append(SlurmAction(node.node, "none", None, "not a Slurm node"))
             elif drained and not ours:
@@ -131,6 +130,9 @@ def plan(
                 else:
                     out.append(SlurmAction(node.node, "drain", merged, f"drain: {merged}"))
             else:
+                reason = (
+                    drain_reason_for(node, PREFIX, report.level) or f"{PREFIX} validation failed"
+                )
                 out.append(SlurmAction(node.node, "drain", reason, f"drain: {reason}"))
         elif drained:
             if ours and resume:

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
 from gpuctl.validation.parsers.dcgm import DcgmDiag, DcgmNote, DcgmTest, diag_of
-from gpuctl.validation.probes import PROBES
-from gpuctl.validation.results import CheckResult, Verdict
+from gpuctl.validation.probes import option
+from gpuctl.validation.results import CheckResult, Verdict, worst
 
 KIND = "dcgm-diag"
 CHECK = "dcgm.diag"
@@ -87,7 +87,6 @@ _NOT_APPLICABLE = re.compile(
     re.IGNORECASE,
 )
 _GPU_NAMED = re.compile(r"\bGPU ?(\d+)\b")
-_SEVERITY = {Verdict.OK: 0, Verdict.WARN: 1, Verdict.UNKNOWN: 2, Verdict.FAIL: 3}
 
 
 def canonical(name: str | None, category: str | None) -> str:
@@ -101,11 +100,8 @@ def canonical(name: str | None, category: str | None) -> str:
 
 def run_level(exp: NodeExpectation) -> int | None:
     """The ``-r`` level the probe table runs for this node's level (None: none runs there)."""
-    for probe in PROBES:
-        if probe.kind == KIND and exp.level in probe.levels and "-r" in probe.argv:
-            value = probe.argv[probe.argv.index("-r") + 1]
-            return int(value) if value.isdigit() else None
-    return None
+    value = option(KIND, "-r", exp.level)
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def _at(level: int | None) -> str:
@@ -383,7 +379,7 @@ def _summary(
         message += "; skipped, not applicable to this GPU: " + ", ".join(not_applicable)
     if not_required:
         message += f"; skipped, not required at {_at(level)}: " + ", ".join(not_required)
-    verdict = max(ran, key=lambda v: _SEVERITY[v]) if ran else Verdict.UNKNOWN
+    verdict = worst(ran)  # UNKNOWN when no test ran
     if not ran:
         message += "; no test ran"
     return finding(exp, CHECK, verdict, message)

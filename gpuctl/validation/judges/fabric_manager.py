@@ -61,16 +61,10 @@ def judge_fabric_manager(exp: NodeExpectation, outputs: Outputs) -> list[CheckRe
     return out
 
 
-def _driver_running(outputs: Outputs) -> str | None:
+def _driver_running(exp: NodeExpectation, outputs: Outputs) -> str | None:
     """The driver version nvidia-smi reports on the node (None when it cannot be read)."""
-    for kind in ("smi-xml", "smi-q"):
-        probe = outputs.get(kind)
-        if probe is None or probe.failure() is not None:
-            continue
-        result = probe.parse_as(kind)
-        if result.recognised:
-            return smi_of(result.data).driver_version
-    return None
+    result, _ = usable_parse(exp, outputs, ["smi-xml", "smi-q"], "fabricmanager.version")
+    return smi_of(result.data).driver_version if result is not None else None
 
 
 def _judge_version(exp: NodeExpectation, outputs: Outputs, fm: FabricManager) -> list[CheckResult]:
@@ -80,7 +74,7 @@ def _judge_version(exp: NodeExpectation, outputs: Outputs, fm: FabricManager) ->
         source = "Fabric Manager's own message"
     else:
         version = fm.version
-        driver = _driver_running(outputs)
+        driver = _driver_running(exp, outputs)
         source = "nvidia-smi"
         if driver is None:
             driver, source = exp.driver_version, "cluster.yml (software.nvidia_driver)"

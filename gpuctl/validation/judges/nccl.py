@@ -23,17 +23,15 @@ from gpuctl.validation.plausible import (
     not_finite,
     show_number,
 )
-from gpuctl.validation.probes import PROBES
+from gpuctl.validation.probes import option
 from gpuctl.validation.results import CheckResult, Verdict
 
 
 def threshold_size() -> int | None:
     """The message size (bytes) the busbw threshold is defined at: the ``-e`` the nccl probe
     passes to all_reduce_perf (8G = 8589934592 B)."""
-    for probe in PROBES:
-        if probe.kind == "nccl" and "-e" in probe.argv[:-1]:
-            return nccl_size(probe.argv[probe.argv.index("-e") + 1])
-    return None
+    size = option("nccl", "-e")
+    return nccl_size(size) if size is not None else None
 
 
 @node_judge("nccl")

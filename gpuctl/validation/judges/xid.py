@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from functools import cache
 
+from gpuctl.config.catalog import default_fatal_xids
 from gpuctl.resources import load_data
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Evidence, Outputs, finding, node_judge, usable_parse
@@ -31,7 +32,7 @@ def fatal_xids(exp: NodeExpectation) -> tuple[frozenset[int], str]:
     built without thresholds falls back to that ladder."""
     listed = exp.thresholds.get("xid_fatal")
     if listed is None:
-        return frozenset(x for x, a in xid_actions().items() if a != "monitor"), "data/xid.yml"
+        return frozenset(default_fatal_xids()), "data/xid.yml"
     return frozenset(int(x) for x in listed), exp.sources.get("xid_fatal") or "xid_fatal"
 
 

@@ -136,10 +136,9 @@ def _read_line(line: str) -> tuple[int, tuple[str, str, str | None] | None]:
 
 
 # Whole lines as read before (the lines of one GPU repeat, indentation included, for every GPU
-# and across a fleet): a plain dict, emptied when it grows past _LINES_MAX.
-_LINES: dict[str, tuple[int, tuple[str, str, str | None] | None]] = {}
-_LINES_MAX = 65536
-_LINE_CACHED = 160  # longer lines (none in real output) are read every time, never kept
+# and across a fleet); longer lines (none in real output) are read every time, never kept.
+_read_known_line = lru_cache(maxsize=65536)(_read_line)
+_LINE_CACHED = 160
 
 
 def _text_tree(lines: list[str]) -> tuple[Node, int, int]:
@@ -147,16 +146,8 @@ def _text_tree(lines: list[str]) -> tuple[Node, int, int]:
     root = Node("", "", None)
     stack: list[tuple[int, Node]] = []
     elided = odd = 0
-    seen = _LINES
-    if len(seen) > _LINES_MAX:
-        seen.clear()
     for line in lines:
-        got = seen.get(line)
-        if got is None:
-            got = _read_line(line)
-            if len(line) <= _LINE_CACHED:
-                seen[line] = got
-        indent, kind = got
+        indent, kind = _read_known_line(line) if len(line) <= _LINE_CACHED else _read_line(line)
         if indent < 0:  # blank
             continue
         if kind is None:  # table borders, prose, anything that is not a -q line
