@@ -51,6 +51,7 @@ GOOD = {
     ),
     "xid": "kernel-xid/journal-kernel-xid-45-caused-by-previous-xid-145-149.txt",
     "dcgm-diag": "dcgm/dcgmi-diag-r4-pass-blacklist-era.txt",
+    "uname": "kernel/uname-r-firecracker-guest-6.18.txt",
 }
 PERFTEST = "perftest/ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt"
 FAULTY = {

@@ -8,7 +8,7 @@ from typing import Any
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds
 from gpuctl.config.facts import effective_interconnect, fabric_rate
-from gpuctl.config.model import Cluster
+from gpuctl.config.model import Cluster, RdmaStack
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +39,15 @@ class NodeExpectation:
     level: str = "standard"
     thresholds: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
+    nccl_version: str | None = None  # software.nccl as pinned ("2.26.2-1+cuda12.8")
+    # software.rdma.doca_version where the DOCA-OFED stack is installed (rdma.stack doca-ofed)
+    doca_version: str | None = None
 
 
 def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
     fabrics = {f.name: f for f in cluster.fabrics}
+    rdma = cluster.software.rdma
+    doca_version = rdma.doca_version if rdma.stack is RdmaStack.DOCA_OFED else None
     out: dict[str, NodeExpectation] = {}
     for gi, group in enumerate(cluster.node_groups):
         th = effective_thresholds(cluster, group, gi)
@@ -74,6 +79,8 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
                 nvlink_token=spec.nvlink_per_pair if spec and ic == "nvswitch" else None,
                 pcie_gen=spec.pcie_gen if spec else None,
                 driver_version=cluster.software.driver.version if gpus else None,
+                nccl_version=cluster.software.nccl if gpus else None,
+                doca_version=doca_version if nics else None,
                 fabric_manager=ic == "nvswitch",
                 nics=nics,
                 level=(group.validation.level or cluster.validation.level).value,

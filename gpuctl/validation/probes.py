@@ -155,6 +155,22 @@ PROBES: tuple[Probe, ...] = (
         description="HCA ports: state, physical state, rate, link layer",
     ),
     Probe(
+        "uname",
+        ("uname", "-r"),
+        10,
+        _levels(QUICK, STANDARD, LONG),
+        lambda e: any_gpu(e) or any_nic(e),  # every node a GPU or NIC judge looks at
+        description="the running kernel's release (compared across the node group)",
+    ),
+    Probe(
+        "ofed-info",
+        ("ofed_info", "-s"),
+        10,
+        _levels(QUICK, STANDARD, LONG),
+        lambda e: e.doca_version is not None,  # where cluster.yml installs DOCA-OFED
+        description="the DOCA-OFED / MLNX_OFED version (compared across the node group)",
+    ),
+    Probe(
         "nccl",
         ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "{gpus}"),
         600,

@@ -25,6 +25,7 @@ from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.judges import NODE_JUDGES
 from gpuctl.validation.judges.base import Evidence
 from gpuctl.validation.judges.blame import assign_blame, pair_peers
+from gpuctl.validation.judges.consistency import NodeFacts, judge_consistency, node_facts
 from gpuctl.validation.judges.fleet import judge_fleet
 from gpuctl.validation.reports.charts import chart_marks, ib_write_bw_bars, node_charts
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
@@ -96,14 +97,17 @@ class _Item:
     clock_problem: str | None = None
 
 
-def _judge_one(item: _Item) -> tuple[list[CheckResult], dict[str, Any]]:
+Judged = tuple[list[CheckResult], dict[str, Any], NodeFacts | None]
+
+
+def _judge_one(item: _Item) -> Judged:
     try:
         return _judge_item(item)
     except Exception as exc:  # one node's bad output never stops the others
-        return [not_judged(item.exp.node, exc)], {}
+        return [not_judged(item.exp.node, exc)], {}, None
 
 
-def _judge_item(item: _Item) -> tuple[list[CheckResult], dict[str, Any]]:
+def _judge_item(item: _Item) -> Judged:
     exp, source = item.exp, item.source
     # a worker reads its node's folder itself: no bundle text crosses process boundaries
     bundle = load_node_bundle(exp.node, source) if isinstance(source, Path) else source
@@ -113,7 +117,9 @@ def _judge_item(item: _Item) -> tuple[list[CheckResult], dict[str, Any]]:
     bw = ib_write_bw_bars(results)
     if bw:
         extra["ib_write_bw"] = bw
-    return results, extra
+    # what the golden-config comparison needs of the node, from the outputs parsed above
+    facts = node_facts(exp, bundle.outputs) if judged else None
+    return results, extra, facts
 
 
 # Parsing allocates many small, short-lived objects and almost no cycles: the default
@@ -169,7 +175,7 @@ def judge_cluster(
         for node, exp in exps.items()
     ]
     with fewer_gc_passes():
-        judged: list[tuple[list[CheckResult], dict[str, Any]]] | None = None
+        judged: list[Judged] | None = None
         if jobs > 1 and len(items) > POOL_MIN_NODES:
             chunk = max(1, len(items) // (jobs * 8))
             try:
@@ -181,16 +187,24 @@ def judge_cluster(
             judged = [_judge_one(item) for item in items]
     per_node: dict[str, list[CheckResult]] = {}
     extra: dict[str, Any] = {}
-    for item, (results, parts) in zip(items, judged, strict=True):
+    facts: dict[str, NodeFacts] = {}
+    for item, (results, parts, found) in zip(items, judged, strict=True):
         per_node[item.exp.node] = results
         for key, value in parts.items():
             extra.setdefault(key, {})[item.exp.node] = value
+        if found is not None:
+            facts[item.exp.node] = found
     if unknown_fails is None:
         unknown_fails = cluster.validation.unknown_is_failure
     # the fleet: each measurement against the median of its peers (node group and GPU model;
     # fabric and port rate), at the node's group's fleet_relative_min (judges/fleet.py)
     for r in judge_fleet(per_node, exps):
         per_node[r.node].append(r)
+    # golden config: firmware, software and GPU settings against the node group's majority
+    # or cluster.yml's pin (judges/consistency.py)
+    with fewer_gc_passes():
+        for r in judge_consistency(facts, exps):
+            per_node[r.node].append(r)
     # which side of a failed ib_write_bw pair is to blame, and the causes a node shows
     # (judges/blame.py); the partners are recorded in the bundle's meta.json files
     peers = pair_peers(bundles, list(per_node)) if isinstance(bundles, Path) else {}

@@ -37,10 +37,11 @@ class Case:
     also: frozenset[str] = frozenset()  # other checks the fault may fail on the node
     kernel: bool = False  # writes kernel log lines: reboot after clearing
     warn: str | None = None  # a check that must show a warning on the node
+    name: str | None = None  # the test id where one fault has several cases
 
     @property
     def id(self) -> str:
-        return self.fault
+        return self.name or self.fault
 
 
 NCCL = frozenset({"nccl.busbw", "nccl.busbw.fleet", "nccl.errors", "nccl.wrong"})
@@ -67,6 +68,21 @@ CASES = [
     Case("pcie_degraded", "2", "gpu.pcie.width", "x8"),
     Case("ib_port_down", "mlx5_3", "ib.port.state", "state Down", also=frozenset({"ib.port.rate"})),
     Case("ib_rate", "mlx5_2:200", "ib.port.rate", "200"),
+    # golden config: one node's firmware differs from the other two's
+    Case(
+        "firmware",
+        "gpu=96.00.99.00.01",
+        "config.vbios",
+        "VBIOS 96.00.99.00.01 on all 8 GPUs",
+        name="firmware-vbios",
+    ),
+    Case(
+        "firmware",
+        "mlx5_2=28.39.1002",
+        "config.hca_firmware",
+        "firmware 28.39.1002 on mlx5_2",
+        name="firmware-hca",
+    ),
     # the service keeps running in the lab; what fails is the GPUs' fabric registration
     Case("fabricmanager_failed", "", "gpu.fabric", "In Progress", also=FABRIC),
     # the running service logged the version it started with; the fabric never comes up

@@ -75,6 +75,8 @@ class _Session:
         if tool == "systemctl":
             text, rc = sim_fabric.systemctl_status(PROFILE, self.faults, self.node)
             return _Running(text, rc)
+        if tool == "uname":  # a real tool on lab nodes, not a stand-in
+            return _Running("6.1.0-31-amd64\n")
         handler = standin._HANDLERS.get(tool)
         if handler is None:
             return _Running("", 127, f"sh: 1: {tool}: not found\n")

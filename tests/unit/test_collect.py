@@ -120,6 +120,10 @@ def done(stdout: str, rc: int = 0, stderr: str = "") -> FakeRunning:
     return FakeRunning(ExecResult(stdout.encode(), stderr.encode(), rc))
 
 
+# what `uname -r` prints on every simulated node unless a test gives a node its own ("kernel")
+KERNEL = "6.1.0-31-amd64"
+
+
 class Sim:
     """Answers like a lab node: the stand-in tools of gpuctl.lab.sim, faults per node."""
 
@@ -140,6 +144,8 @@ class Sim:
         if tool == "systemctl":
             text, rc = sim_fabric.systemctl_status(PROFILE, faults, node)
             return done(text, rc)
+        if tool == "uname":  # a real tool on lab nodes (the host's kernel), not a stand-in
+            return done(f"{faults.get('kernel', KERNEL)}\n")
         if tool == "ib_write_bw":
             server = args[-1] if not args[-1].startswith("-") and args[-2] != "-d" else None
             hca = args[args.index("-d") + 1]
@@ -183,7 +189,7 @@ def test_quick_on_healthy_nodes_passes_and_runs_only_the_quick_probes(cluster_ym
     assert not res.failed, problems
     assert res.report.level == "quick"
     tools = {shlex.split(cmd)[4] for node, cmd in conn.log if node == "gpu001"}
-    assert tools == {"nvidia-smi", "journalctl", "systemctl", "ibstat"}
+    assert tools == {"nvidia-smi", "journalctl", "systemctl", "ibstat", "uname"}
     assert {node for node, _ in conn.log} == {"gpu001", "gpu002", "gpu003"}  # ctl01: no probe
     assert verdicts(res.report, "ctl01", "node.reachable") == [Verdict.OK]
     folder = res.bundle / "gpu001"
@@ -194,6 +200,7 @@ def test_quick_on_healthy_nodes_passes_and_runs_only_the_quick_probes(cluster_ym
         "nvlink.txt",
         "smi-xml.txt",
         "topo.txt",
+        "uname.txt",
         "xid.txt",
     ]
     meta = json.loads((folder / "meta.json").read_text())

@@ -53,7 +53,7 @@ def test_every_judge_reads_parsed_kinds_and_every_probe_output_has_a_judge() -> 
     assert len({judge.name for judge in NODE_JUDGES}) == len(NODE_JUDGES)
 
 
-def test_quick_on_an_hgx_h100_node_runs_the_six_inventory_and_health_commands() -> None:
+def test_quick_on_an_hgx_h100_node_runs_the_inventory_health_and_version_commands() -> None:
     exp = _exps(ROOT / "inventories" / "hgx-h100-ndr.yml", "quick")["gpu001"]
     assert _commands(exp, "quick") == {
         "smi-xml": "nvidia-smi -q -x",
@@ -62,6 +62,9 @@ def test_quick_on_an_hgx_h100_node_runs_the_six_inventory_and_health_commands() 
         "xid": "journalctl -t kernel -b --no-pager -o short-iso",
         "fabricmanager": "systemctl status nvidia-fabricmanager --no-pager -l",
         "ibstat": "ibstat",
+        # the golden-config comparison's two (ofed_info where cluster.yml installs DOCA-OFED)
+        "uname": "uname -r",
+        "ofed-info": "ofed_info -s",
     }
 
 
@@ -81,7 +84,7 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
 def test_pcie_nodes_skip_nvlink_and_fabric_manager_and_cpu_nodes_run_nothing() -> None:
     l40s = _exps(ROOT / "inventories" / "l40s-pcie.yml", "quick")
     gpu = next(e for e in l40s.values() if e.gpu_count)
-    assert set(_commands(gpu, "quick")) == {"smi-xml", "topo", "xid", "ibstat"} - (
+    assert set(_commands(gpu, "quick")) == {"smi-xml", "topo", "xid", "ibstat", "uname"} - (
         set() if gpu.nics else {"ibstat"}
     )
     cpu = [e for e in l40s.values() if not e.gpu_count and not e.nics]

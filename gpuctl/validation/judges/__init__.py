@@ -6,12 +6,14 @@ a kind runs (the probe table, :mod:`gpuctl.validation.probes`). :data:`NODE_JUDG
 registry :func:`gpuctl.validation.suite.judge_node` runs, each judge called the same way
 (the node's expectation and its :class:`~gpuctl.validation.judges.base.Evidence`); its order
 is the order of a node's results in every report. The fleet-relative judge
-(:mod:`gpuctl.validation.judges.fleet`) runs once over every node's results.
+(:mod:`gpuctl.validation.judges.fleet`) runs once over every node's results, the golden-config
+comparison (:mod:`gpuctl.validation.judges.consistency`) once over every node's facts.
 """
 
 from __future__ import annotations
 
 from gpuctl.validation.judges import (
+    consistency,
     dcgm,
     fabric_manager,
     gpus,
@@ -33,4 +35,5 @@ NODE_JUDGES: tuple[Judge, ...] = (
     dcgm.judge_dcgm,
     nvlink.judge_nvlink_status,
     infiniband.judge_ib_write_bw_pairs,
+    consistency.judge_config_probes,
 )

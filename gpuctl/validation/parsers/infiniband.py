@@ -237,6 +237,8 @@ class IbstatCa:
 
     node_guid: str | None
     ports: Mapping[str, IbstatPort]  # the port number as printed ("1") -> port
+    ca_type: str | None = None  # "MT4129" (ConnectX-7)
+    firmware_version: str | None = None  # "28.39.1002"
 
     def port(self, number: str) -> IbstatPort | None:
         return self.ports.get(number)
@@ -266,6 +268,8 @@ def ibstat_of(data: Mapping[str, Any]) -> Ibstat:
                 )
                 for number, port in ca["ports"].items()
             },
+            ca_type=ca.get("ca_type"),
+            firmware_version=ca.get("firmware_version"),
         )
         for name, ca in data["cas"].items()
     }

@@ -15,6 +15,12 @@ Data (docs/parse.md has the full contract)::
     counts:          {"<xid>": number of events}
 
 What the judges read of it: :func:`kernel_log_of` (a :class:`KernelLog`).
+
+Two one-line kinds sit here too, read for the golden-config comparison
+(:mod:`gpuctl.validation.judges.consistency`): ``uname`` (``uname -r``, data ``{release}``) and
+``ofed-info`` (``ofed_info -s``, data ``{name, version, release}``: ``MLNX_OFED_LINUX``,
+``23.07-0.5.1.2``, ``MLNX_OFED_LINUX-23.07-0.5.1.2``); the judges read both through
+:func:`release_of`.
 """
 
 from __future__ import annotations
@@ -287,3 +293,59 @@ def kernel_log_of(data: Mapping[str, Any]) -> KernelLog:
             for ev in data.get("fallen_off_bus") or ()
         ),
     )
+
+
+# ------------------------------------------------------------------------------------------
+# The running kernel (``uname -r``) and the RDMA driver stack (``ofed_info -s``): one line each,
+# read for the golden-config comparison (gpuctl.validation.judges.consistency)
+
+UNAME = "uname"
+OFED_INFO = "ofed-info"
+
+# A kernel release as uname -r prints it: "6.1.0-31-amd64", "5.15.0-1053-nvidia",
+# "4.18.0-553.el8_10.x86_64", "6.18.44-fc-v1045": digits.digits, then no blank.
+_RELEASE = re.compile(r"\d{1,4}\.\d{1,4}(?:[.\-+~_][0-9A-Za-z.\-+~_]{0,120})?")
+# ofed_info -s: the bundle name and its version, with a trailing colon:
+# "MLNX_OFED_LINUX-23.07-0.5.1.2:" (MLNX_OFED), "OFED-internal-24.10-1.1.4:" (DOCA-OFED).
+_OFED = re.compile(r"(?P<name>[A-Za-z][A-Za-z_\-]{0,60}?)-(?P<version>\d[0-9A-Za-z.\-_]{0,80}):?")
+
+
+def _one_line(text: str) -> str | None:
+    """The only non-blank line of ``text``; None when there is none or more than one."""
+    lines = [line.strip() for line in clean(text).split("\n") if line.strip()]
+    return lines[0] if len(lines) == 1 else None
+
+
+@parser(UNAME, description="uname -r: the running kernel's release")
+def parse_uname(text: str) -> ParseResult:
+    line = _one_line(text)
+    if line is None:
+        return unrecognised(UNAME, "expected one line, the kernel release (uname -r)")
+    if not _RELEASE.fullmatch(line):
+        return unrecognised(UNAME, f"not a kernel release: {line[:160]!r}")
+    return ParseResult(UNAME, True, {"release": line}, ())
+
+
+@parser(OFED_INFO, description="ofed_info -s: the MLNX_OFED / DOCA-OFED bundle and its version")
+def parse_ofed_info(text: str) -> ParseResult:
+    line = _one_line(text)
+    m = _OFED.fullmatch(line) if line is not None else None
+    if m is None:
+        return unrecognised(
+            OFED_INFO, "expected one line NAME-VERSION: (ofed_info -s), e.g. MLNX_OFED_LINUX-23.07"
+        )
+    data = {"name": m["name"], "version": m["version"], "release": f"{m['name']}-{m['version']}"}
+    return ParseResult(OFED_INFO, True, data, ())
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """One version line as the golden-config judge reads it (``uname -r``: the kernel release;
+    ``ofed_info -s``: bundle name and version, as printed without the colon). None: not shown."""
+
+    release: str | None
+
+
+def release_of(data: Mapping[str, Any]) -> Release:
+    """The record of :func:`parse_uname`'s or :func:`parse_ofed_info`'s data."""
+    return Release(release=_text(data.get("release")))

@@ -417,6 +417,8 @@ class NcclRun:
     # How many GPUs the run used: the distinct (host, device) of its "#  Rank" lines (by rank
     # where the host is a placeholder); None when it lists none (an excerpt, or cut short).
     gpus_used: int | None = None
+    # "NCCL version 2.16.2+cuda11.6" where the run prints it (NCCL_DEBUG=VERSION or INFO)
+    nccl_version: str | None = None
 
     @property
     def largest_size(self) -> int | float | None:
@@ -495,6 +497,7 @@ def nccl_run_of(data: Mapping[str, Any]) -> NcclRun:
         out_of_bounds=data.get("out_of_bounds"),
         max_bytes=_max_bytes(data.get("params")),
         gpus_used=_gpus_used(data.get("ranks")),
+        nccl_version=version if isinstance(version := data.get("nccl_version"), str) else None,
     )
 
 

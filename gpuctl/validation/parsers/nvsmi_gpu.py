@@ -98,6 +98,7 @@ _CLOCKS: dict[str, tuple[Path, ...]] = {
     "memory": (("memory",), ("mem_clock",)),
     "video": (("video",), ("video_clock",)),
 }
+_APP_CLOCKS = ("graphics", "memory")
 
 
 def _ecc_counters(node: Node | None) -> dict[str, Any] | None:
@@ -305,6 +306,7 @@ def _gpu(node: Node, index: int, bus_id: str | None) -> dict[str, Any]:
     reset = find_section(node, ("gpu_reset_status",))
     clocks = find_section(node, ("clocks",))
     max_clocks = find_section(node, ("max_clocks",))
+    app_clocks = find_section(node, ("applications_clocks",))
     reasons_name, reasons = _clocks_event_reasons(node)
     pci_bus_id = read_text(read_raw(node, ("pci", "bus_id"), ("pci", "pci_bus_id"))) or bus_id
     return {
@@ -390,6 +392,12 @@ def _gpu(node: Node, index: int, bus_id: str | None) -> dict[str, Any]:
             None
             if max_clocks is None
             else {key: read_num(read_raw(max_clocks, *paths)) for key, paths in _CLOCKS.items()}
+        ),
+        # the clocks set with `nvidia-smi -ac` (graphics and memory only)
+        "applications_clocks_mhz": (
+            None
+            if app_clocks is None
+            else {key: read_num(read_raw(app_clocks, *_CLOCKS[key])) for key in _APP_CLOCKS}
         ),
         "fabric": _fabric(node),
         "processes": _processes(node),
@@ -563,6 +571,12 @@ class GpuRecord:
     pcie: PcieLink | None
     clocks_active: tuple[str, ...]  # clock event reasons shown Active, in output order
     fabric: Fabric | None
+    # the settings the golden-config comparison reads (judges/consistency.py)
+    vbios_version: str | None = None
+    ecc_mode: str | None = None  # ECC Mode, Current ("Enabled")
+    mig_mode: str | None = None  # MIG Mode, Current ("Disabled")
+    power_limit_w: int | float | None = None  # the enforced power limit
+    applications_clocks_mhz: tuple[int | float | None, int | float | None] | None = None
 
     @property
     def subject(self) -> str:
@@ -584,6 +598,7 @@ class SmiRecord:
 
     driver_version: str | None
     gpus: tuple[GpuRecord, ...]
+    cuda_version: str | None = None  # the driver's CUDA API version ("12.7")
 
 
 def _number(value: Any) -> int | float | None:
@@ -626,6 +641,8 @@ def _counters(ecc: Mapping[str, Any] | None, key: str) -> EccCounters | None:
 def _gpu_record(gpu: Mapping[str, Any], position: int) -> GpuRecord:
     ecc, remap = _section(gpu, "ecc"), _section(gpu, "remapped_rows")
     pcie, fabric = _section(gpu, "pcie"), _section(gpu, "fabric")
+    mig, power = _section(gpu, "mig_mode"), _section(gpu, "power")
+    clocks = _section(gpu, "applications_clocks_mhz")
     reasons = _section(gpu, "clocks_event_reasons") or {}
     minor = gpu.get("minor_number")
     return GpuRecord(
@@ -657,6 +674,15 @@ def _gpu_record(gpu: Mapping[str, Any], position: int) -> GpuRecord:
             if fabric is None
             else Fabric(_text(fabric.get("state")), _text(fabric.get("status")))
         ),
+        vbios_version=_text(gpu.get("vbios_version")),
+        ecc_mode=None if ecc is None else _text(ecc.get("mode_current")),
+        mig_mode=None if mig is None else _text(mig.get("current")),
+        power_limit_w=None if power is None else _number(power.get("limit_w")),
+        applications_clocks_mhz=(
+            None
+            if clocks is None
+            else (_number(clocks.get("graphics")), _number(clocks.get("memory")))
+        ),
     )
 
 
@@ -666,5 +692,6 @@ def smi_of(data: Mapping[str, Any]) -> SmiRecord:
     listed = gpus if isinstance(gpus, list | tuple) else []
     return SmiRecord(
         driver_version=_text(data.get("driver_version")),
+        cuda_version=_text(data.get("cuda_version")),
         gpus=tuple(_gpu_record(gpu, i) for i, gpu in enumerate(listed) if isinstance(gpu, Mapping)),
     )
