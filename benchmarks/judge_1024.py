@@ -40,6 +40,7 @@ FIX = ROOT / "tests" / "fixtures"
 BUDGET_S = 10.0
 TARGET_S = BUDGET_S / 2
 
+NVLINK_E = "nvidia-smi/nvlink-e-a100-sxm4-40gb-gpu0-12links-535-tabs-blank-lines.txt"
 GOOD = {
     "smi-q": "nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt",
     "topo": "topo/nvsmi-topo-m-h100-8gpu-6nic-blank-cpuaffinity.txt",
@@ -52,6 +53,9 @@ GOOD = {
     "xid": "kernel-xid/journal-kernel-xid-45-caused-by-previous-xid-145-149.txt",
     "dcgm-diag": "dcgm/dcgmi-diag-r4-pass-blacklist-era.txt",
     "uname": "kernel/uname-r-firecracker-guest-6.18.txt",
+    # both reads of the NVLink error counters (no growth: the same capture twice)
+    "nvlink-errors.start": NVLINK_E,
+    "nvlink-errors.end": NVLINK_E,
 }
 PERFTEST = "perftest/ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt"
 FAULTY = {

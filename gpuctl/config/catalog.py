@@ -94,6 +94,26 @@ def health_defaults() -> dict[str, Any]:
     return dict(load_data("health.yml"))
 
 
+@dataclass(frozen=True, slots=True)
+class CounterRules:
+    """What growth of an error counter means (data/counters.yml): a counter whose key holds one
+    of ``fail_words`` FAILs when it grows, any other WARNs; a first read at one of
+    ``saturated`` cannot grow any more."""
+
+    fail_words: tuple[str, ...]
+    saturated: frozenset[int]
+
+
+@cache
+def counter_rules(family: str) -> CounterRules:
+    """The rules of one counter family of data/counters.yml (``nvlink``)."""
+    spec = load_data("counters.yml")[family]
+    return CounterRules(
+        fail_words=tuple(str(w) for w in spec["fail_on_growth_words"]),
+        saturated=frozenset(int(v) for v in spec["saturated"]),
+    )
+
+
 @cache
 def default_fatal_xids() -> tuple[int, ...]:
     """The Xids that fail a node unless cluster.yml sets xid_fatal: every Xid of data/xid.yml

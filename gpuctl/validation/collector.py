@@ -74,6 +74,7 @@ from gpuctl.validation.probes import (
     ib_write_bw_client,
     ib_write_bw_server,
     perftest_kind,
+    phases,
     probes_for,
     wants_ib_write_bw,
 )
@@ -254,11 +255,11 @@ class Collector:
             state.unreachable = f"ssh: {exc or type(exc).__name__}"
         if state.session is not None:
             state.reached = True
-            light = [p for p in plan if not p.exclusive]
-            heavy = [p for p in plan if p.exclusive]
+            light, heavy, last = phases(plan)
             self._parallel(lambda p: self._probe(state, p), light, self.channels)
             for p in heavy:
                 self._probe(state, p)
+            self._parallel(lambda p: self._probe(state, p), last, self.channels)
             why = state.session.lost()
             if why is not None:
                 self._lose(state, why)

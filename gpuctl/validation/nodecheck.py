@@ -57,7 +57,7 @@ from gpuctl.validation.bundle import (
     write_results,
 )
 from gpuctl.validation.expect import expectations
-from gpuctl.validation.probes import Probe, probes_for
+from gpuctl.validation.probes import Probe, phases, probes_for
 from gpuctl.validation.results import NodeReport, ValidationReport
 from gpuctl.validation.scope import with_level
 from gpuctl.validation.slurm import SlurmAction, failed, update_argv, why_failed
@@ -222,8 +222,9 @@ def _run_probes(
     runner: Runner,
     deadline_s: float | None,
 ) -> None:
-    """Light probes all at once, then the exclusive ones (they load the GPUs) one by one, as
-    `gpuctl validate` orders them; each bounded by its timeout and by ``deadline_s``."""
+    """Light probes all at once, then the exclusive ones (they load the GPUs) one by one, then
+    the second reads of counters, as `gpuctl validate` orders them; each bounded by its timeout
+    and by ``deadline_s``."""
     start = time.monotonic()
 
     def one(item: tuple[Probe, tuple[str, ...]]) -> None:
@@ -246,12 +247,13 @@ def _run_probes(
             result = ExecResult(error=f"could not run: {exc or type(exc).__name__}")
         state.record(probe.kind, result, argv, timeout, **extra)
 
-    light = [item for item in plan if not item[0].exclusive]
-    heavy = [item for item in plan if item[0].exclusive]
+    light, heavy, last = phases(plan)
     if light:
         with ThreadPoolExecutor(max_workers=len(light)) as pool:
             list(pool.map(one, light))
     for item in heavy:
+        one(item)
+    for item in last:  # the second reads of counters, after the GPU tests
         one(item)
 
 

@@ -32,12 +32,14 @@ an 8-GPU node are far lower.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gpuctl.config.model import LEVELS, Level
 from gpuctl.validation.expect import NodeExpectation
 
+T = TypeVar("T")
 QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.value
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
@@ -56,9 +58,34 @@ class Probe:
     needs: Callable[[NodeExpectation], bool]  # which nodes run it
     exclusive: bool = False  # loads the GPUs: runs alone on its node, after the light probes
     description: str = ""
+    # the second read of counters: runs after the node's exclusive probes (``<kind>.end``, its
+    # first read ``<kind>.start`` with the light probes), so that growth under load is judged
+    after: bool = False
 
     def command(self, exp: NodeExpectation) -> tuple[str, ...]:
         return tuple(a.format(gpus=exp.gpu_count) for a in self.argv)
+
+    @property
+    def parser(self) -> str:
+        """The parser of its output: the kind up to the first dot (``nvlink-errors.start``)."""
+        return parser_of(self.kind)
+
+
+def parser_of(kind: str) -> str:
+    """The parser kind of an output kind: ``nvlink-errors.end`` -> ``nvlink-errors``."""
+    return kind.split(".", 1)[0]
+
+
+def phases(plan: Sequence[T]) -> tuple[list[T], list[T], list[T]]:
+    """A node's plan (probes, or (probe, argv) pairs) in the order every runner keeps: the
+    light probes (run at once), the exclusive ones (one by one), the second reads."""
+    light: list[T] = []
+    heavy: list[T] = []
+    last: list[T] = []
+    for item in plan:
+        probe = item if isinstance(item, Probe) else item[0]  # type: ignore[index]
+        (last if probe.after else heavy if probe.exclusive else light).append(item)
+    return light, heavy, last
 
 
 def _levels(*names: str) -> frozenset[str]:
@@ -170,6 +197,25 @@ PROBES: tuple[Probe, ...] = (
         lambda e: e.doca_version is not None,  # where cluster.yml installs DOCA-OFED
         description="the DOCA-OFED / MLNX_OFED version (compared across the node group)",
     ),
+    # NVLink error counters, read twice around the GPU tests: growth is judged, never the
+    # lifetime totals (a counter keeps what a link did since the driver loaded)
+    Probe(
+        "nvlink-errors.start",
+        ("nvidia-smi", "nvlink", "-e"),
+        30,
+        _levels(STANDARD, LONG),
+        nvlinked,
+        description="NVLink error counters per link (replay, recovery, CRC), before the GPU tests",
+    ),
+    Probe(
+        "nvlink-errors.end",
+        ("nvidia-smi", "nvlink", "-e"),
+        30,
+        _levels(STANDARD, LONG),
+        nvlinked,
+        after=True,
+        description="NVLink error counters again, after nccl-tests and DCGM",
+    ),
     Probe(
         "nccl",
         ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "{gpus}"),
@@ -202,12 +248,12 @@ PROBES: tuple[Probe, ...] = (
 
 def probes_for(exp: NodeExpectation, level: str | None = None) -> list[Probe]:
     """The probes one node runs at ``level`` (default: the node's own level from cluster.yml),
-    light ones first, then the exclusive ones, in table order."""
+    light ones first, then the exclusive ones, then the second reads, in table order."""
     lvl = level or exp.level
     if lvl not in LEVELS:
         raise ValueError(f"unknown level {lvl!r}; levels: {', '.join(LEVELS)}")
-    chosen = [p for p in PROBES if lvl in p.levels and p.needs(exp)]
-    return [p for p in chosen if not p.exclusive] + [p for p in chosen if p.exclusive]
+    light, heavy, last = phases([p for p in PROBES if lvl in p.levels and p.needs(exp)])
+    return light + heavy + last
 
 
 def collects(exp: NodeExpectation, kind: str, level: str | None = None) -> bool:

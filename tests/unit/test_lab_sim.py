@@ -358,6 +358,7 @@ def test_fault_names_and_errors() -> None:
         "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware", "no_reboot", "fw_update_fails",
+        "nvlink_errors",
     }  # fmt: skip
     with pytest.raises(FaultError, match="unknown fault 'gpu_melted'"):
         apply({}, "gpu_melted", "1")
@@ -368,6 +369,8 @@ def test_fault_names_and_errors() -> None:
         ("xid", "79"),
         ("nccl_slow", "1.5"),
         ("nvlink_degraded", "1-1"),
+        ("nvlink_errors", "3"),
+        ("nvlink_errors", "3:18"),
         ("pcie_degraded", "0:3"),
         ("ib_port_down", "mlx5_0:Sleeping"),
         ("ib_rate", "mlx5_0:123"),
@@ -661,6 +664,7 @@ def test_nvidia_smi_xml_escapes_text() -> None:
 def test_every_fault_is_tested() -> None:
     tested = {
         "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
+        "nvlink_errors",  # tests/unit/test_nvlink_errors.py
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware",
         # no_reboot acts in the lab's node supervisor, not in a tool's output: it is tested in

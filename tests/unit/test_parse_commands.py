@@ -26,7 +26,7 @@ def test_every_probe_command_is_listed_under_its_kind() -> None:
     commands = commands_by_kind()
     for probe in probes.PROBES:
         shown = _line([arg.format(gpus="<gpus>") for arg in probe.argv])
-        assert shown in commands[probe.kind], (probe.kind, shown)
+        assert shown in commands[probe.parser], (probe.kind, shown)
 
 
 def test_every_listed_command_comes_from_where_it_is_run() -> None:
@@ -34,7 +34,7 @@ def test_every_listed_command_comes_from_where_it_is_run() -> None:
     declared: dict[str, set[str]] = {}
     for probe in probes.PROBES:
         argv = [arg.format(gpus="<gpus>") for arg in probe.argv]
-        declared.setdefault(probe.kind, set()).add(_line(argv))
+        declared.setdefault(probe.parser, set()).add(_line(argv))
     declared.setdefault("perftest", set()).update(
         {
             _line(probes.ib_write_bw_server("<hca>", port)),

@@ -21,6 +21,7 @@ from gpuctl.validation.probes import (
     PROBES,
     ib_write_bw_client,
     ib_write_bw_server,
+    parser_of,
     perftest_kind,
     probes_for,
     wants_ib_write_bw,
@@ -41,14 +42,14 @@ def _commands(exp: NodeExpectation, level: str) -> dict[str, str]:
 
 def test_every_probe_kind_has_a_parser() -> None:
     kinds = set(registry())
-    assert {p.kind for p in PROBES} <= kinds
+    assert {p.parser for p in PROBES} <= kinds
     assert "perftest" in kinds
 
 
 def test_every_judge_reads_parsed_kinds_and_every_probe_output_has_a_judge() -> None:
     kinds = set(registry())
     read = {kind for judge in NODE_JUDGES for kind in judge.reads}
-    assert read <= kinds
+    assert {parser_of(kind) for kind in read} <= kinds
     assert {p.kind for p in PROBES} <= read
     assert len({judge.name for judge in NODE_JUDGES}) == len(NODE_JUDGES)
 
@@ -76,7 +77,9 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
     assert _commands(exp, "long")["dcgm-diag"] == "dcgmi diag -r 3"
     # the GPU-heavy probes run last, one at a time
     order = [p.kind for p in probes_for(exp, "standard")]
-    assert order[-2:] == ["nccl", "dcgm-diag"]
+    assert order[-3:] == ["nccl", "dcgm-diag", "nvlink-errors.end"]
+    # NVLink error counters: read before the GPU tests, read again after them
+    assert order.index("nvlink-errors.start") < order.index("nccl")
     assert wants_ib_write_bw(exp, "standard")
     assert not wants_ib_write_bw(exp, "quick")
 

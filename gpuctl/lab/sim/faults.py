@@ -82,6 +82,17 @@ def _nvlink(text: str) -> dict[str, Any]:
     return {"gpus": sorted([first, second]), "links_down": down}
 
 
+def _nvlink_errors(text: str) -> dict[str, int]:
+    match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
+    if not match:
+        raise FaultError(f"nvlink_errors: expected GPU:LINK[:COUNT] such as 3:5, got {text!r}")
+    return {
+        "gpu": _int(match.group(1), "nvlink_errors GPU", 0, 63),
+        "link": _int(match.group(2), "nvlink_errors link", 0, 17),
+        "count": _int(match.group(3), "nvlink_errors count", 1, 1 << 16) if match.group(3) else 40,
+    }
+
+
 def _pcie(text: str) -> dict[str, int | None]:
     parts = text.split(":")
     if len(parts) > 3:
@@ -182,6 +193,12 @@ SPECS: dict[str, FaultSpec] = {
         FaultSpec("xid", "XID:GPU[,XID:GPU...]", "Xid events in the kernel log", _xid),
         FaultSpec("ecc", "GPU[:COUNT]", "uncorrectable DRAM ECC errors, row remap pending", _ecc),
         FaultSpec("nvlink_degraded", "GPU-GPU[:LINKS]", "NVLinks down between two GPUs", _nvlink),
+        FaultSpec(
+            "nvlink_errors",
+            "GPU:LINK[:COUNT]",
+            "an NVLink whose error counters grow under load",
+            _nvlink_errors,
+        ),
         FaultSpec("pcie_degraded", "GPU[:WIDTH[:GEN]]", "PCIe link below its maximum", _pcie),
         FaultSpec(
             "ib_port_down", "HCA[:Down|Disabled]", "an HCA port not Active", _port_down, True
@@ -255,7 +272,7 @@ def _gpus_named(name: str, value: Any) -> list[int]:
         return [] if value == "all" else [int(v) for v in value]
     if name == "xid":
         return [int(event["gpu"]) for event in value]
-    if name in ("ecc", "pcie_degraded"):
+    if name in ("ecc", "pcie_degraded", "nvlink_errors"):
         return [int(value["gpu"])]
     if name == "nvlink_degraded":
         return [int(v) for v in value["gpus"]]
@@ -291,6 +308,10 @@ def hardware_problem(name: str, value: Any, profile: Mapping[str, Any], node: st
             f"{name}: {node} has no GPU {which}; its GPUs are {_gpu_range(count)} ({model}, "
             f"profile {profile.get('name', '?')})"
         )
+    if name == "nvlink_errors":
+        links = int((gpus.get("nvlink") or {}).get("links", 0))
+        if int(value["link"]) >= links:
+            return f"{name}: {node}'s GPUs have {links} NVLinks, no link {value['link']} ({model})"
     if name == "nvlink_degraded":
         links = int((gpus.get("nvlink") or {}).get("links", 0))
         if links == 0:

@@ -19,9 +19,12 @@ from .common import (
     hcas,
     nvlink_down,
     pcie_link,
+    read_state_file,
     throttled,
     visible_gpus,
+    write_state_file,
 )
+from .mft import state_dir
 from .smi_q_template import GPU_BLOCK
 
 _RULE = (
@@ -404,3 +407,50 @@ def nvlink_status(profile: Profile, faults: Faults, node: str, gpu_index: int | 
         if gpu_index is None or gpu.index == gpu_index:
             lines += _nvlink_gpu(profile, faults, gpu)
     return "\n".join(lines) + "\n" if lines else ""
+
+
+# ------------------------------------------------------------------------------------------
+# nvidia-smi nvlink -e: the error counters, as driver 535 prints them (three per link, TAB +
+# space indent, a blank line after each link: tests/fixtures/nvidia-smi/nvlink-e-*.txt). They
+# live in the node's state dir (nvlink-errors.json, node -> GPU -> link -> counts): under the
+# `nvlink_errors` fault every all_reduce_perf run adds to one link's, as a marginal link errs
+# under load.
+
+NVLINK_ERRORS_FILE = "nvlink-errors.json"
+NVLINK_COUNTERS = (
+    ("replay", "Replay Errors"),
+    ("recovery", "Recovery Errors"),
+    ("crc", "CRC Errors"),
+)
+
+
+def nvlink_errors(profile: Profile, faults: Faults, node: str, gpu_index: int | None = None) -> str:
+    counts = read_state_file(state_dir(), NVLINK_ERRORS_FILE).get(node) or {}
+    links = int(profile["gpus"]["nvlink"]["links"])
+    lines: list[str] = []
+    for gpu in visible_gpus(profile, faults, node):
+        if gpu_index is not None and gpu.index != gpu_index:
+            continue
+        lines.append(f"GPU {gpu.index}: {gpu.name} (UUID: {gpu.uuid})")
+        mine = counts.get(str(gpu.physical)) or {}
+        for link in range(links):
+            here = mine.get(str(link)) or {}
+            for key, name in NVLINK_COUNTERS:
+                lines.append(f"\t Link {link}: {name}: {int(here.get(key, 0))}")
+            lines.append("")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def nvlink_traffic(faults: Faults, node: str) -> None:
+    """An all_reduce_perf run loaded the NVLinks: the `nvlink_errors` fault's link gains its
+    errors (COUNT replay and CRC errors, one recovery); without the fault nothing is written."""
+    fault = faults.get("nvlink_errors")
+    if not fault:
+        return
+    directory = state_dir()
+    counts = read_state_file(directory, NVLINK_ERRORS_FILE)
+    mine = counts.setdefault(node, {})  # by node: tests run several nodes on one state dir
+    link = mine.setdefault(str(fault["gpu"]), {}).setdefault(str(fault["link"]), {})
+    for key, grow in (("replay", fault["count"]), ("crc", fault["count"]), ("recovery", 1)):
+        link[key] = int(link.get(key, 0)) + int(grow)
+    write_state_file(directory, NVLINK_ERRORS_FILE, counts)

@@ -139,6 +139,7 @@ Supported in this simulated node (gpuctl lab):
     nvidia-smi --query-gpu=F,... --format=csv[,noheader][,nounits] [-i ID]
     nvidia-smi topo -m
     nvidia-smi nvlink -s [-i ID]
+    nvidia-smi nvlink -e [-i ID]
 """
 
 
@@ -185,6 +186,9 @@ def _smi(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out)
     if rest[:1] == ["nvlink"]:
         if rest[1:] in (["-s"], ["--status"]):
             io.out(nvsmi.nvlink_status(profile, faults, node, index))
+            return 0
+        if rest[1:] in (["-e"], ["--errorcounters"]):
+            io.out(nvsmi.nvlink_errors(profile, faults, node, index))
             return 0
         io.out(_SMI_USAGE)
         return 2
@@ -420,6 +424,7 @@ def _all_reduce_perf(profile: Profile, faults: Faults, node: str, args: list[str
     except perf.ToolFailure as exc:
         io.out(exc.output)
         return exc.status
+    nvsmi.nvlink_traffic(faults, node)  # the run loaded the NVLinks
     return perf.nccl_exit_status(faults)
 
 

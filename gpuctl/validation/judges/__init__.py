@@ -34,6 +34,7 @@ NODE_JUDGES: tuple[Judge, ...] = (
     fabric_manager.judge_fabric_manager,
     dcgm.judge_dcgm,
     nvlink.judge_nvlink_status,
+    nvlink.judge_nvlink_errors,
     infiniband.judge_ib_write_bw_pairs,
     consistency.judge_config_probes,
 )

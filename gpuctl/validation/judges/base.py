@@ -24,7 +24,7 @@ from typing import Any
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.parsing import ParseResult, parse
 from gpuctl.validation.plausible import finite, not_finite
-from gpuctl.validation.probes import collects
+from gpuctl.validation.probes import collects, parser_of
 from gpuctl.validation.results import CheckResult, Verdict
 
 
@@ -41,8 +41,8 @@ class ProbeOutput:
 
     def parse_as(self, kind: str) -> ParseResult:
         """Parse the text once per kind (several judges read the same output)."""
-        if kind not in self._parsed:
-            self._parsed[kind] = parse(kind, self.text or "")
+        if kind not in self._parsed:  # "nvlink-errors.end" is parsed as nvlink-errors
+            self._parsed[kind] = parse(parser_of(kind), self.text or "")
         return self._parsed[kind]
 
     def failure(self) -> str | None:

@@ -1,9 +1,12 @@
-"""NVLink states (``nvidia-smi nvlink -s``) on NVLink-connected GPUs."""
+"""NVLink states (``nvidia-smi nvlink -s``) and the growth of NVLink error counters
+(``nvidia-smi nvlink -e``, read before and after the GPU tests) on NVLink-connected GPUs."""
 
 from __future__ import annotations
 
+from gpuctl.config.catalog import counter_rules
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, listed_twice, node_judge, usable_parse
+from gpuctl.validation.parsers.nvlink_errors import NvlinkErrorsGpu, nvlink_errors_of
 from gpuctl.validation.parsers.nvsmi_tables import nvlink_gpus_of
 from gpuctl.validation.plausible import (
     first_seen,
@@ -44,4 +47,91 @@ def judge_nvlink_status(exp: NodeExpectation, outputs: Outputs) -> list[CheckRes
         out.append(finding(exp, "gpu.nvlink", Verdict.UNKNOWN, "nvlink -s lists no links"))
     elif not out:
         out.append(finding(exp, "gpu.nvlink", Verdict.OK, f"all {total} NVLinks active"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# NVLink error counters (``nvidia-smi nvlink -e``), read before and after the GPU tests
+
+ERRORS = "gpu.nvlink.errors"
+START, END = "nvlink-errors.start", "nvlink-errors.end"
+
+
+@node_judge(START, END)
+def judge_nvlink_errors(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    """Growth of each NVLink error counter between the two reads (data/counters.yml): replay
+    and recovery errors FAIL, others WARN; a counter that cannot be compared is UNKNOWN."""
+    first, unknown_start = usable_parse(exp, outputs, [START], ERRORS)
+    last, unknown_end = usable_parse(exp, outputs, [END], ERRORS)
+    out = unknown_start + unknown_end
+    if first is None or last is None:
+        return out
+    rules = counter_rules("nvlink")
+    before = nvlink_errors_of(first.data)
+    after = nvlink_errors_of(last.data)
+    names = {**before.names, **after.names}
+
+    def key(gpu: NvlinkErrorsGpu) -> tuple[str, object]:
+        return ("uuid", gpu.uuid) if gpu.uuid else ("index", gpu.index)
+
+    earlier = {key(g): g for g in before.gpus}
+    compared = 0
+    for gpu in after.gpus:
+        subject = f"GPU{gpu.index}"
+        prior = earlier.pop(key(gpu), None)
+        if prior is None:
+            out.append(
+                finding(exp, ERRORS, Verdict.UNKNOWN, "not in the first read", subject=subject)
+            )
+            continue
+        grew: dict[Verdict, list[str]] = {Verdict.FAIL: [], Verdict.WARN: []}
+        cannot: list[str] = []
+        for (link, counter), now in sorted(gpu.counts.items()):
+            was = prior.counts.get((link, counter))
+            label = f"link {link} {names.get(counter, counter)}"
+            if now is None or was is None:
+                cannot.append(f"{label}: not read {'before' if was is None else 'after'}")
+            elif was in rules.saturated:
+                cannot.append(f"{label}: at {was} before, a counter that cannot grow")
+            elif now < was:
+                cannot.append(f"{label}: went down from {was} to {now} (reset between reads?)")
+            else:
+                compared += 1
+                if now > was:
+                    fails = any(word in counter for word in rules.fail_words)
+                    grew[Verdict.FAIL if fails else Verdict.WARN].append(
+                        f"{label} +{now - was} ({was} -> {now})"
+                    )
+        for verdict, items in grew.items():
+            if items:
+                out.append(
+                    finding(
+                        exp,
+                        ERRORS,
+                        verdict,
+                        "grew during the GPU tests: " + "; ".join(items),
+                        subject=subject,
+                    )
+                )
+        if cannot:
+            out.append(
+                finding(exp, ERRORS, Verdict.UNKNOWN, "; ".join(cannot[:8]), subject=subject)
+            )
+    for gpu in earlier.values():
+        out.append(
+            finding(
+                exp, ERRORS, Verdict.UNKNOWN, "not in the second read", subject=f"GPU{gpu.index}"
+            )
+        )
+    if compared == 0 and not out:
+        out.append(finding(exp, ERRORS, Verdict.UNKNOWN, "nvlink -e shows no error counters"))
+    elif not out:
+        out.append(
+            finding(
+                exp,
+                ERRORS,
+                Verdict.OK,
+                f"none of {compared} NVLink error counters grew during the GPU tests",
+            )
+        )
     return out
