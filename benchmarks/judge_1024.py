@@ -57,6 +57,7 @@ GOOD = {
     "nvlink-errors.start": NVLINK_E,
     "nvlink-errors.end": NVLINK_E,
 }
+PERFQUERY = "ib/counters/perfquery-x-rhel75-lid10-port1-all-zero.txt"
 PERFTEST = "perftest/ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt"
 FAULTY = {
     "xid": "kernel-xid/dmesg-iso-xid-48-63-94-dbe-row-remap.txt",
@@ -80,6 +81,7 @@ def make_bundle(nodes: int, directory: Path) -> str:
     good = {kind: body(rel) for kind, rel in GOOD.items()}
     faulty = {kind: body(rel) for kind, rel in FAULTY.items()}
     perf = body(PERFTEST)
+    counters = body(PERFQUERY)
     names = [n for g in cluster.node_groups for n in g.node_names()]
     for i, name in enumerate(names):
         folder = directory / name
@@ -93,6 +95,8 @@ def make_bundle(nodes: int, directory: Path) -> str:
             (folder / f"{kind}.txt").write_text(text_, encoding="utf-8")
         for hca in HCAS:
             (folder / f"perftest-{hca}.txt").write_text(perf, encoding="utf-8")
+            for read in ("start", "end"):  # port counters, no growth: the same capture twice
+                (folder / f"perfquery.{read}.{hca}.txt").write_text(counters, encoding="utf-8")
         (folder / "meta.json").write_text(json.dumps({"probes": {}}))
     return text
 

@@ -3,7 +3,7 @@ physical limits)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -97,20 +97,40 @@ def health_defaults() -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class CounterRules:
     """What growth of an error counter means (data/counters.yml): a counter whose key holds one
-    of ``fail_words`` FAILs when it grows, any other WARNs; a first read at one of
-    ``saturated`` cannot grow any more."""
+    of ``fail`` FAILs when it grows; one that holds one of ``warn`` WARNs (``warn`` None: every
+    other counter WARNs; else the rest, data counters, are not judged). A first read at a
+    saturated value (any counter at one of ``saturated``, or a counter at its own width's
+    maximum, ``saturated_at``) cannot grow any more."""
 
-    fail_words: tuple[str, ...]
+    fail: tuple[str, ...]
+    warn: tuple[str, ...] | None
     saturated: frozenset[int]
+    saturated_at: Mapping[str, int]
+    source: str
+
+    def verdict_of(self, key: str) -> str | None:
+        """``"fail"``, ``"warn"`` or None (not judged) for counter ``key``."""
+        if any(word in key for word in self.fail):
+            return "fail"
+        if self.warn is None or any(word in key for word in self.warn):
+            return "warn"
+        return None
+
+    def is_saturated(self, key: str, value: int) -> bool:
+        return value in self.saturated or self.saturated_at.get(key) == value
 
 
 @cache
 def counter_rules(family: str) -> CounterRules:
-    """The rules of one counter family of data/counters.yml (``nvlink``)."""
+    """The rules of one counter family of data/counters.yml (``nvlink``, ``infiniband``)."""
     spec = load_data("counters.yml")[family]
+    warn = spec.get("warn_on_growth")
     return CounterRules(
-        fail_words=tuple(str(w) for w in spec["fail_on_growth_words"]),
-        saturated=frozenset(int(v) for v in spec["saturated"]),
+        fail=tuple(str(w) for w in spec["fail_on_growth"]),
+        warn=None if warn is None else tuple(str(w) for w in warn),
+        saturated=frozenset(int(v) for v in spec.get("saturated") or ()),
+        saturated_at={str(k): int(v) for k, v in (spec.get("saturated_at") or {}).items()},
+        source=str(spec["source"]),
     )
 
 

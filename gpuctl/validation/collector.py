@@ -1,10 +1,12 @@
 """`gpuctl validate`'s collection: run the probes on every node, write the bundle.
 
 One connection per node (:mod:`gpuctl.remote`: SSH, or a fake in the unit tests), a bounded
-pool of worker threads across nodes, every probe with its timeout, in three phases: each node's
-own probes (light ones at once on a few channels, then the exclusive ones one by one),
-ib_write_bw between pairs of nodes of each fabric (with retests of suspects), and at level long
-the multi-node nccl-tests through Slurm (:mod:`gpuctl.validation.multinode`). What each probe
+pool of worker threads across nodes, every probe with its timeout, in four phases: each node's
+own probes (light ones at once on a few channels, then the exclusive ones one by one, then the
+second reads of counters after them), ib_write_bw between pairs of nodes of each fabric (with
+retests of suspects), at level long the multi-node nccl-tests through Slurm
+(:mod:`gpuctl.validation.multinode`), and the second reads of counters that must follow
+ib_write_bw (InfiniBand port counters). What each probe
 gave is written into a bundle directory (:mod:`gpuctl.validation.bundle`).
 
 A node that cannot be reached (refused, timed out, authentication failed, host key unknown or
@@ -215,13 +217,14 @@ class Collector:
     def _run(self, session: LinkSession, argv: Sequence[str], timeout_s: float) -> ExecResult:
         return session.run(argv, timeout_s)
 
-    def _probe(self, state: _NodeState, probe: Probe) -> None:
-        if self._cancel.is_set() or state.session is None:
+    def _probe(self, state: _NodeState, probe: Probe, session: LinkSession | None = None) -> None:
+        session = session or state.session
+        if self._cancel.is_set() or session is None:
             return  # stopped: meta.json keeps saying "not finished"
         exp = self.exps[state.target.node]
         argv = probe.command(exp)
         try:
-            result = self._run(state.session, argv, probe.timeout_s)
+            result = self._run(session, argv, probe.timeout_s)
         except Exception as exc:  # a transport bug must not lose the node
             result = ExecResult(error=f"could not run: {exc or type(exc).__name__}")
         state.record(probe.kind, result, argv, probe.timeout_s)
@@ -255,11 +258,11 @@ class Collector:
             state.unreachable = f"ssh: {exc or type(exc).__name__}"
         if state.session is not None:
             state.reached = True
-            light, heavy, last = phases(plan)
+            light, heavy, after_gpu, _after_pairs = phases(plan)  # those: phase 4
             self._parallel(lambda p: self._probe(state, p), light, self.channels)
             for p in heavy:
                 self._probe(state, p)
-            self._parallel(lambda p: self._probe(state, p), last, self.channels)
+            self._parallel(lambda p: self._probe(state, p), after_gpu, self.channels)
             why = state.session.lost()
             if why is not None:
                 self._lose(state, why)
@@ -694,6 +697,28 @@ class Collector:
             with contextlib.suppress(Exception):
                 session.close()
 
+    # -- phase 4: the second reads of counters, after ib_write_bw and the multi-node runs --
+
+    def _second_reads(self, states: Mapping[str, _NodeState]) -> None:
+        def one(state: _NodeState) -> None:
+            if self._cancel.is_set() or not state.reached or state.unreachable is not None:
+                return
+            plan = phases(probes_for(self.exps[state.target.node], self.level))[3]
+            if not plan:
+                return
+            try:
+                with self._borrow(state) as session:
+                    for probe in plan:
+                        self._probe(state, probe, session)
+            except Exception as exc:  # recorded: the judge says UNKNOWN, never OK
+                reason = exc.reason if isinstance(exc, Unreachable) else str(exc)
+                exp = self.exps[state.target.node]
+                for probe in plan:
+                    failed = ExecResult(error=f"could not connect again: {reason}")
+                    state.record(probe.kind, failed, probe.command(exp), probe.timeout_s)
+
+        self._parallel(one, list(states.values()), self.parallel)
+
     # -- the whole run ---------------------------------------------------------------------
 
     def collect(self, targets: Sequence[Target], out: Path) -> CollectResult:
@@ -724,6 +749,7 @@ class Collector:
             )
             runs = self._pairs(states, max(1, pair_total // 2))
             self._multinode(states, out)
+            self._second_reads(states)
             for st in states.values():
                 st.write_meta()
         finally:

@@ -247,13 +247,13 @@ def _run_probes(
             result = ExecResult(error=f"could not run: {exc or type(exc).__name__}")
         state.record(probe.kind, result, argv, timeout, **extra)
 
-    light, heavy, last = phases(plan)
+    light, heavy, after_gpu, after_pairs = phases(plan)
     if light:
         with ThreadPoolExecutor(max_workers=len(light)) as pool:
             list(pool.map(one, light))
     for item in heavy:
         one(item)
-    for item in last:  # the second reads of counters, after the GPU tests
+    for item in after_gpu + after_pairs:  # the second reads of counters, after the tests
         one(item)
 
 

@@ -14,7 +14,7 @@ an 8-GPU node are far lower.
 
 - ``quick`` (typically seconds; budget 4 min): GPU inventory and health (``nvidia-smi -q -x``),
   the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports.
-- ``standard`` (typically a few minutes; budget 30 min): quick, plus single-node nccl-tests
+- ``standard`` (typically a few minutes; budget 35 min): quick, plus single-node nccl-tests
   all_reduce_perf over every GPU and ``dcgmi diag -r 2``; then ib_write_bw between pairs of
   nodes, every HCA one after the other (``IB_WRITE_BW_TIMEOUT_S``: 60 s per HCA on the node,
   killed 10 s later, the channel given up 25 s after that; the server gets 15 s to start;
@@ -33,7 +33,7 @@ an 8-GPU node are far lower.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from gpuctl.config.model import LEVELS, Level
@@ -44,7 +44,7 @@ QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.valu
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
 # stays below it (a unit test checks every example cluster).
-LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 1800, LONG: 5400}
+LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 2100, LONG: 5400}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +58,12 @@ class Probe:
     needs: Callable[[NodeExpectation], bool]  # which nodes run it
     exclusive: bool = False  # loads the GPUs: runs alone on its node, after the light probes
     description: str = ""
-    # the second read of counters: runs after the node's exclusive probes (``<kind>.end``, its
-    # first read ``<kind>.start`` with the light probes), so that growth under load is judged
-    after: bool = False
+    # a second read of counters (``<kind>.end``; its first read ``<kind>.start`` runs with the
+    # light probes), so that growth under load is judged: AFTER_GPU_TESTS runs after the node's
+    # exclusive probes, AFTER_PAIRS after ib_write_bw between nodes (node-check: both last)
+    after: str = ""
+    # one probe per InfiniBand HCA of the node: ``{hca}`` in argv, kind ``<kind>.<hca>``
+    per_hca: bool = False
 
     def command(self, exp: NodeExpectation) -> tuple[str, ...]:
         return tuple(a.format(gpus=exp.gpu_count) for a in self.argv)
@@ -71,21 +74,31 @@ class Probe:
         return parser_of(self.kind)
 
 
+AFTER_GPU_TESTS, AFTER_PAIRS = "gpu-tests", "pairs"
+
+
 def parser_of(kind: str) -> str:
     """The parser kind of an output kind: ``nvlink-errors.end`` -> ``nvlink-errors``."""
     return kind.split(".", 1)[0]
 
 
-def phases(plan: Sequence[T]) -> tuple[list[T], list[T], list[T]]:
+def phases(plan: Sequence[T]) -> tuple[list[T], list[T], list[T], list[T]]:
     """A node's plan (probes, or (probe, argv) pairs) in the order every runner keeps: the
-    light probes (run at once), the exclusive ones (one by one), the second reads."""
+    light probes (run at once), the exclusive ones (one by one), the second reads after them,
+    the second reads after ib_write_bw between nodes."""
     light: list[T] = []
     heavy: list[T] = []
-    last: list[T] = []
+    after_gpu: list[T] = []
+    after_pairs: list[T] = []
     for item in plan:
         probe = item if isinstance(item, Probe) else item[0]  # type: ignore[index]
-        (last if probe.after else heavy if probe.exclusive else light).append(item)
-    return light, heavy, last
+        if probe.after == AFTER_PAIRS:
+            after_pairs.append(item)
+        elif probe.after:
+            after_gpu.append(item)
+        else:
+            (heavy if probe.exclusive else light).append(item)
+    return light, heavy, after_gpu, after_pairs
 
 
 def _levels(*names: str) -> frozenset[str]:
@@ -122,6 +135,11 @@ def nvswitch(e: NodeExpectation) -> bool:
 def any_nic(e: NodeExpectation) -> bool:
     """InfiniBand / RoCE adapters."""
     return bool(e.nics)
+
+
+def ib_nics(e: NodeExpectation) -> bool:
+    """InfiniBand adapters (perfquery reads their port counters; RoCE ports have none)."""
+    return any(n.kind == "infiniband" for n in e.nics)
 
 
 PROBES: tuple[Probe, ...] = (
@@ -213,8 +231,29 @@ PROBES: tuple[Probe, ...] = (
         30,
         _levels(STANDARD, LONG),
         nvlinked,
-        after=True,
+        after=AFTER_GPU_TESTS,
         description="NVLink error counters again, after nccl-tests and DCGM",
+    ),
+    # InfiniBand port error counters, per HCA, read twice around every test of the level,
+    # ib_write_bw between nodes included (port 1: each ConnectX port is its own device)
+    Probe(
+        "perfquery.start",
+        ("perfquery", "-x", "-C", "{hca}", "-P", "1"),
+        10,
+        _levels(STANDARD, LONG),
+        ib_nics,
+        per_hca=True,
+        description="InfiniBand port error counters (perfquery -x), before the tests",
+    ),
+    Probe(
+        "perfquery.end",
+        ("perfquery", "-x", "-C", "{hca}", "-P", "1"),
+        10,
+        _levels(STANDARD, LONG),
+        ib_nics,
+        per_hca=True,
+        after=AFTER_PAIRS,
+        description="InfiniBand port error counters again, after ib_write_bw between nodes",
     ),
     Probe(
         "nccl",
@@ -252,8 +291,27 @@ def probes_for(exp: NodeExpectation, level: str | None = None) -> list[Probe]:
     lvl = level or exp.level
     if lvl not in LEVELS:
         raise ValueError(f"unknown level {lvl!r}; levels: {', '.join(LEVELS)}")
-    light, heavy, last = phases([p for p in PROBES if lvl in p.levels and p.needs(exp)])
-    return light + heavy + last
+    chosen: list[Probe] = []
+    for p in PROBES:
+        if lvl in p.levels and p.needs(exp):
+            chosen += _per_hca(p, exp) if p.per_hca else [p]
+    light, heavy, after_gpu, after_pairs = phases(chosen)
+    return light + heavy + after_gpu + after_pairs
+
+
+def _per_hca(probe: Probe, exp: NodeExpectation) -> list[Probe]:
+    """One copy of ``probe`` per InfiniBand HCA of the node: ``{hca}`` filled in, kind
+    ``<kind>.<hca>``."""
+    return [
+        replace(
+            probe,
+            kind=f"{probe.kind}.{n.device}",
+            argv=tuple(a.replace("{hca}", n.device) for a in probe.argv),
+            per_hca=False,
+        )
+        for n in exp.nics
+        if n.kind == "infiniband"
+    ]
 
 
 def collects(exp: NodeExpectation, kind: str, level: str | None = None) -> bool:

@@ -98,6 +98,10 @@ CASES = [
         also=NCCL,
     ),
     Case("nccl_slow", "0.5", "nccl.busbw", "< 460", level="standard", also=NCCL),
+    # an InfiniBand port that goes down under load (its counters read around ib_write_bw)
+    Case(
+        "ib_link_flaps", "mlx5_2", "ib.port.errors", "port 1 LinkDownedCounter +", level="standard"
+    ),
     # NVLink error counters that grow during the GPU tests (read before and after them)
     Case("nvlink_errors", "3:5", "gpu.nvlink.errors", "link 5 Replay Errors +", level="standard"),
     Case("nccl_wrong", "3", "nccl.wrong", "", level="standard", also=NCCL),

@@ -171,6 +171,21 @@ def fault(name: str, value: str = "") -> dict[str, Any]:
     return dict(sim_faults.apply({}, name, value))
 
 
+def fails_only(
+    cluster_yml: Path, out: Path, faults: dict[str, Any], check: str, level: str = "quick"
+) -> Any:
+    """Validate the simulated cluster at ``level`` with ``faults`` on gpu002: asserts that
+    gpu002 is the only failed node, on ``check`` alone, and that gpu001 and gpu003 pass that
+    check (OK); returns the report."""
+    sim = Sim({"gpu002": faults})
+    res = validate(load_cluster(cluster_yml), level=level, out=out, connector=FakeConnector(sim))
+    failed = {n.node: sorted({c.check for c in n.problems()}) for n in res.report.nodes if n.failed}
+    assert failed == {"gpu002": [check]}
+    for other in ("gpu001", "gpu003"):
+        assert set(verdicts(res.report, other, check)) == {Verdict.OK}, other
+    return res.report
+
+
 def verdicts(report: Any, node: str, check: str) -> list[Verdict]:
     nr = next(n for n in report.nodes if n.node == node)
     return [c.verdict for c in nr.checks if c.check == check]

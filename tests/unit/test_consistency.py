@@ -13,11 +13,9 @@ from typing import Any
 
 import pytest
 from helpers import ROOT
-from test_collect import FakeConnector, Sim, fault
+from test_collect import fails_only, fault
 from test_fleet_classes import MIXED, _cluster
 
-from gpuctl.config import load_cluster
-from gpuctl.validation.api import validate
 from gpuctl.validation.bundle import NodeBundle
 from gpuctl.validation.capture import capture_output
 from gpuctl.validation.expect import expectations
@@ -314,21 +312,6 @@ def _judged(facts: dict[str, NodeFacts], nodes: str, item: str) -> list[CheckRes
 # The lab's simulator: `firmware gpu=...` / `firmware hca=...` on one node of three
 
 
-def _quick_failing_only(cluster_yml: Path, faults: dict[str, Any], check: str) -> ValidationReport:
-    """Validate the simulated cluster at quick with ``faults`` on gpu002: it fails on ``check``
-    alone, every other node passes."""
-    sim = Sim({"gpu002": faults})
-    res = validate(
-        load_cluster(cluster_yml),
-        level="quick",
-        out=cluster_yml.parent / "b",
-        connector=FakeConnector(sim),
-    )
-    failed = {n.node: sorted({c.check for c in n.problems()}) for n in res.report.nodes if n.failed}
-    assert failed == {"gpu002": [check]}
-    return res.report
-
-
 @pytest.mark.parametrize(
     ("value", "check", "reason"),
     [
@@ -340,7 +323,7 @@ def _quick_failing_only(cluster_yml: Path, faults: dict[str, Any], check: str) -
 def test_the_lab_firmware_fault_fails_exactly_that_node(
     cluster_yml: Path, value: str, check: str, reason: str
 ) -> None:
-    report = _quick_failing_only(cluster_yml, fault("firmware", value), check)
+    report = fails_only(cluster_yml, cluster_yml.parent / "b", fault("firmware", value), check)
     found = _config(report, check)
     assert _verdicts(found) == {
         "gpu001": [Verdict.OK],
@@ -356,7 +339,9 @@ def test_the_lab_firmware_fault_fails_exactly_that_node(
 
 def test_a_node_booted_into_another_kernel_fails_config_kernel(cluster_yml: Path) -> None:
     # what `uname -r` prints there (test_collect.Sim)
-    report = _quick_failing_only(cluster_yml, {"kernel": "6.1.0-30-amd64"}, "config.kernel")
+    report = fails_only(
+        cluster_yml, cluster_yml.parent / "b", {"kernel": "6.1.0-30-amd64"}, "config.kernel"
+    )
     [odd] = _config(report, "config.kernel")["gpu002"]
     assert odd.message.startswith("kernel 6.1.0-30-amd64; the other 2 nodes of group")
     assert odd.expected == "6.1.0-31-amd64"

@@ -358,7 +358,7 @@ def test_fault_names_and_errors() -> None:
         "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware", "no_reboot", "fw_update_fails",
-        "nvlink_errors",
+        "nvlink_errors", "ib_link_flaps",
     }  # fmt: skip
     with pytest.raises(FaultError, match="unknown fault 'gpu_melted'"):
         apply({}, "gpu_melted", "1")
@@ -371,6 +371,8 @@ def test_fault_names_and_errors() -> None:
         ("nvlink_degraded", "1-1"),
         ("nvlink_errors", "3"),
         ("nvlink_errors", "3:18"),
+        ("ib_link_flaps", "eth0"),
+        ("ib_link_flaps", "mlx5_0:0"),
         ("pcie_degraded", "0:3"),
         ("ib_port_down", "mlx5_0:Sleeping"),
         ("ib_rate", "mlx5_0:123"),
@@ -665,6 +667,7 @@ def test_every_fault_is_tested() -> None:
     tested = {
         "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
         "nvlink_errors",  # tests/unit/test_nvlink_errors.py
+        "ib_link_flaps",  # tests/unit/test_ib_port_errors.py
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware",
         # no_reboot acts in the lab's node supervisor, not in a tool's output: it is tested in

@@ -77,9 +77,20 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
     assert _commands(exp, "long")["dcgm-diag"] == "dcgmi diag -r 3"
     # the GPU-heavy probes run last, one at a time
     order = [p.kind for p in probes_for(exp, "standard")]
-    assert order[-3:] == ["nccl", "dcgm-diag", "nvlink-errors.end"]
-    # NVLink error counters: read before the GPU tests, read again after them
+    hcas = [n.device for n in exp.nics]
+    assert len(hcas) == 8
+    # the GPU tests, the second read of the NVLink counters after them, then the second reads
+    # of the InfiniBand port counters (run after ib_write_bw between nodes)
+    assert order[-11:] == [
+        "nccl",
+        "dcgm-diag",
+        "nvlink-errors.end",
+        *(f"perfquery.end.{hca}" for hca in hcas),
+    ]
     assert order.index("nvlink-errors.start") < order.index("nccl")
+    assert {f"perfquery.start.{hca}" for hca in hcas} <= set(order[: order.index("nccl")])
+    assert standard["perfquery.start.mlx5_0"] == "perfquery -x -C mlx5_0 -P 1"
+    assert not any(kind.startswith("perfquery") for kind in _commands(exp, "quick"))
     assert wants_ib_write_bw(exp, "standard")
     assert not wants_ib_write_bw(exp, "quick")
 

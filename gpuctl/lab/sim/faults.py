@@ -93,6 +93,14 @@ def _nvlink_errors(text: str) -> dict[str, int]:
     }
 
 
+def _flaps(text: str) -> dict[str, int]:
+    match = re.fullmatch(r"\s*(mlx5_\d+)\s*(?::\s*(\d+)\s*)?", text)
+    if not match:
+        raise FaultError(f"ib_link_flaps: expected HCA[:COUNT] such as mlx5_2:1, got {text!r}")
+    count = _int(match.group(2), "ib_link_flaps count", 1, 255) if match.group(2) else 1
+    return {match.group(1): count}
+
+
 def _pcie(text: str) -> dict[str, int | None]:
     parts = text.split(":")
     if len(parts) > 3:
@@ -205,6 +213,9 @@ SPECS: dict[str, FaultSpec] = {
         ),
         FaultSpec("ib_rate", "HCA:RATE", "an HCA port at a lower rate", _ib_rate, True),
         FaultSpec(
+            "ib_link_flaps", "HCA[:COUNT]", "an HCA port that goes down under load", _flaps, True
+        ),
+        FaultSpec(
             "nccl_slow", "FACTOR", "NCCL busbw times FACTOR", lambda v: _factor(v, "nccl_slow")
         ),
         FaultSpec("nccl_wrong", "[COUNT]", "NCCL results with wrong elements", _wrong),
@@ -283,7 +294,7 @@ def _gpus_named(name: str, value: Any) -> list[int]:
 
 def _hcas_named(name: str, value: Any) -> list[str] | None:
     """The HCAs a fault names ([] for "every HCA"), or None when it names none."""
-    if name in ("ib_port_down", "ib_rate"):
+    if name in ("ib_port_down", "ib_rate", "ib_link_flaps"):
         return list(value)
     if name == "firmware":
         named = [t for t in value if t == "hca" or t.startswith("mlx5_")]

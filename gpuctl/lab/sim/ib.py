@@ -7,8 +7,8 @@ state as ``mlxfwmanager`` (gpuctl/lab/sim/mft.py): a burned image once the node 
 
 from __future__ import annotations
 
-from .common import Faults, Hca, Profile, hcas
-from .mft import running_hcas
+from .common import Faults, Hca, Profile, hcas, read_state_file, write_state_file
+from .mft import running_hcas, state_dir
 
 _SPEED = {  # per-lane speed ibv_devinfo prints for a 4X link of this rate
     800: "200.0 Gbps (256)",
@@ -157,3 +157,67 @@ def ibdev2netdev(profile: Profile, faults: Faults, node: str) -> str:
         f"{hca.name} port 1 ==> {hca.netdev} ({'Up' if hca.active else 'Down'})\n"
         for hca in hcas(profile, faults, node)
     )
+
+
+# ------------------------------------------------------------------------------------------
+# perfquery -x -C <hca> -P 1: a port's extended counters, in the layout of the real -x capture
+# (tests/fixtures/ib/counters/perfquery-x-*.txt). The counts live in the node's state dir
+# (ib-counters.json, node -> HCA -> counter -> count): under the `ib_link_flaps` fault every
+# ib_write_bw run over that HCA adds to its error counters.
+
+IB_COUNTERS_FILE = "ib-counters.json"
+_DATA = (
+    "PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts",
+    "PortUnicastXmitPkts", "PortUnicastRcvPkts", "PortMulticastXmitPkts", "PortMulticastRcvPkts",
+)  # fmt: skip
+_ERRORS = (
+    "SymbolErrorCounter", "LinkErrorRecoveryCounter", "LinkDownedCounter", "PortRcvErrors",
+    "PortRcvRemotePhysicalErrors", "PortRcvSwitchRelayErrors", "PortXmitDiscards",
+    "PortXmitConstraintErrors", "PortRcvConstraintErrors", "LocalLinkIntegrityErrors",
+    "ExcessiveBufferOverrunErrors", "VL15Dropped",
+)  # fmt: skip
+
+
+def _field(name: str, value: object) -> str:
+    return f"{name}:".ljust(33, ".") + f"{value}"
+
+
+def perfquery(profile: Profile, faults: Faults, node: str, device: str, port: str) -> str:
+    """The output of ``perfquery -x -C device -P port`` (raises IbError as the tool fails)."""
+    hca = next((h for h in hcas(profile, faults, node) if h.name == device), None)
+    if hca is None or hca.link_layer == "Ethernet" or port != "1":
+        raise IbError(
+            f"ibwarn: [1] mad_rpc_open_port: can't open UMAD port ({device}:{port})\n"
+            f"perfquery: iberror: failed: Failed to open '{device}' port '{port}'\n",
+            255,
+        )
+    counts = (read_state_file(state_dir(), IB_COUNTERS_FILE).get(node) or {}).get(device) or {}
+    lines = [
+        f"# Port extended counters: Lid {hca.lid} port {port} "
+        "(CapMask: 0x5300 CapMask2: 0x0000002)",
+        _field("PortSelect", port),
+        _field("CounterSelect", "0x0000"),
+        *(_field(name, int(counts.get(name, 0))) for name in _DATA),
+        _field("CounterSelect2", "0x00000000"),
+        *(_field(name, int(counts.get(name, 0))) for name in _ERRORS),
+        _field("PortXmitWait", int(counts.get("PortXmitWait", 0))),
+        _field("QP1Dropped", 0),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def port_traffic(faults: Faults, node: str, device: str) -> None:
+    """One ib_write_bw run over ``device``: under `ib_link_flaps` on it, COUNT link-downs,
+    COUNT link error recoveries and ten symbol errors per flap; without it nothing is written
+    (the data counters stay 0: nothing judges them)."""
+    flaps = (faults.get("ib_link_flaps") or {}).get(device)
+    if not flaps:
+        return
+    directory = state_dir()
+    counts = read_state_file(directory, IB_COUNTERS_FILE)
+    mine = counts.setdefault(node, {}).setdefault(device, {})
+    grow = {"LinkDownedCounter": flaps, "LinkErrorRecoveryCounter": flaps}
+    grow["SymbolErrorCounter"] = 10 * flaps
+    for name, value in grow.items():
+        mine[name] = int(mine.get(name, 0)) + int(value)
+    write_state_file(directory, IB_COUNTERS_FILE, counts)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .common import Faults, Hca, Profile, digest, fabric_ok, hcas, nccl_factor, visible_gpus
+from .ib import port_traffic
 
 NCCL_TESTS_VERSION = "2.17.9"
 NCCL_CODE = "22602"  # NCCL 2.26.2
@@ -285,6 +286,8 @@ def ib_write_bw(
     """The tool's output (the server's with the waiting banner first). ``peer``: the other
     side's state from the exchange (``peak_gbps``, ``lid``), which limits the bandwidth."""
     hca = _pick(profile, faults, node, args)
+    if hca.link_layer != "Ethernet":
+        port_traffic(faults, node, hca.name)  # the run counts in the port's counters
     limit = float(peer["peak_gbps"]) if peer is not None else None
     remote_lid = int(peer["lid"]) if peer is not None else hca.lid + 1
     ethernet = hca.link_layer == "Ethernet"

@@ -31,6 +31,7 @@ FAULTS_PATH = "/var/lib/gpuctl-lab-sim/faults.json"
 TOOLS = (
     "nvidia-smi",
     "ibstat",
+    "perfquery",
     "ibv_devinfo",
     "ibdev2netdev",
     "all_reduce_perf",
@@ -257,6 +258,29 @@ def _smi_csv(
 
 # ------------------------------------------------------------------------------------------
 # InfiniBand tools
+
+
+def _perfquery(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    """``perfquery -x -C <ca> [-P <port>]``: what validation runs; anything else is refused."""
+    rest = list(args)
+    device, port = None, "1"
+    if rest[:1] == ["-x"]:
+        rest = rest[1:]
+        if rest[:1] == ["-C"] and len(rest) >= 2:
+            device, rest = rest[1], rest[2:]
+        if rest[:1] == ["-P"] and len(rest) >= 2:
+            port, rest = rest[1], rest[2:]
+    if device is None or rest:
+        io.err(
+            "perfquery: only 'perfquery -x -C <ca> [-P <port>]' is simulated in the gpuctl lab\n"
+        )
+        return 255
+    try:
+        io.out(ib.perfquery(profile, faults, node, device, port))
+    except ib.IbError as exc:
+        io.err(exc.message)
+        return exc.status
+    return 0
 
 
 def _ibstat(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
@@ -599,6 +623,7 @@ _Handler = Callable[[Profile, Faults, str, list[str], _Out], int]
 _HANDLERS: dict[str, _Handler] = {
     "nvidia-smi": _smi,
     "ibstat": _ibstat,
+    "perfquery": _perfquery,
     "ibv_devinfo": _ibv_devinfo,
     "ibdev2netdev": _ibdev2netdev,
     "all_reduce_perf": _all_reduce_perf,

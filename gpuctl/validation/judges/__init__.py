@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from gpuctl.validation.judges import (
     consistency,
+    counters,
     dcgm,
     fabric_manager,
     gpus,
@@ -36,5 +37,6 @@ NODE_JUDGES: tuple[Judge, ...] = (
     nvlink.judge_nvlink_status,
     nvlink.judge_nvlink_errors,
     infiniband.judge_ib_write_bw_pairs,
+    counters.judge_ib_port_errors,
     consistency.judge_config_probes,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpuctl.config.catalog import counter_rules
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, listed_twice, node_judge, usable_parse
+from gpuctl.validation.judges.counters import growth, growth_results
 from gpuctl.validation.parsers.nvlink_errors import NvlinkErrorsGpu, nvlink_errors_of
 from gpuctl.validation.parsers.nvsmi_tables import nvlink_gpus_of
 from gpuctl.validation.plausible import (
@@ -84,39 +85,15 @@ def judge_nvlink_errors(exp: NodeExpectation, outputs: Outputs) -> list[CheckRes
                 finding(exp, ERRORS, Verdict.UNKNOWN, "not in the first read", subject=subject)
             )
             continue
-        grew: dict[Verdict, list[str]] = {Verdict.FAIL: [], Verdict.WARN: []}
-        cannot: list[str] = []
-        for (link, counter), now in sorted(gpu.counts.items()):
-            was = prior.counts.get((link, counter))
-            label = f"link {link} {names.get(counter, counter)}"
-            if now is None or was is None:
-                cannot.append(f"{label}: not read {'before' if was is None else 'after'}")
-            elif was in rules.saturated:
-                cannot.append(f"{label}: at {was} before, a counter that cannot grow")
-            elif now < was:
-                cannot.append(f"{label}: went down from {was} to {now} (reset between reads?)")
-            else:
-                compared += 1
-                if now > was:
-                    fails = any(word in counter for word in rules.fail_words)
-                    grew[Verdict.FAIL if fails else Verdict.WARN].append(
-                        f"{label} +{now - was} ({was} -> {now})"
-                    )
-        for verdict, items in grew.items():
-            if items:
-                out.append(
-                    finding(
-                        exp,
-                        ERRORS,
-                        verdict,
-                        "grew during the GPU tests: " + "; ".join(items),
-                        subject=subject,
-                    )
-                )
-        if cannot:
-            out.append(
-                finding(exp, ERRORS, Verdict.UNKNOWN, "; ".join(cannot[:8]), subject=subject)
-            )
+        found = growth(
+            prior.counts,
+            gpu.counts,
+            rules,
+            lambda k: k[1],
+            lambda k: f"link {k[0]} {names.get(k[1], k[1])}",
+        )
+        compared += found.compared
+        out += growth_results(exp, ERRORS, subject, found, "the GPU tests")
     for gpu in earlier.values():
         out.append(
             finding(

@@ -1,0 +1,129 @@
+"""Error counters read twice around the tests: growth, never totals (data/counters.yml).
+
+:func:`growth` compares two reads of one device's counters (a GPU's NVLinks, an HCA port) by
+the rules of their family; :func:`growth_results` turns that into the check's results. The
+InfiniBand port judge is here (``perfquery -x``, ``ib.port.errors``); the NVLink one is in
+:mod:`gpuctl.validation.judges.nvlink`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from gpuctl.config.catalog import CounterRules, counter_rules
+from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.parsers.ib_counters import port_counters_of
+from gpuctl.validation.probes import collects
+from gpuctl.validation.results import CheckResult, Verdict
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(slots=True)
+class Growth:
+    """What two reads show: per verdict the counters that grew (text), the counters that
+    cannot be compared (text), and how many were compared."""
+
+    grew: dict[Verdict, list[str]] = field(
+        default_factory=lambda: {Verdict.FAIL: [], Verdict.WARN: []}
+    )
+    cannot: list[str] = field(default_factory=list)
+    compared: int = 0
+
+
+def growth(
+    before: Mapping[K, int | None],
+    after: Mapping[K, int | None],
+    rules: CounterRules,
+    counter: Callable[[K], str],
+    label: Callable[[K], str],
+) -> Growth:
+    """Each counter of ``after`` against ``before``: ``counter(key)`` names its rule,
+    ``label(key)`` is how a message names it. Counters the rules do not judge are skipped."""
+    out = Growth()
+    for key, now in after.items():
+        rule = rules.verdict_of(counter(key))
+        if rule is None:
+            continue
+        was = before.get(key)
+        name = label(key)
+        if now is None or was is None:
+            out.cannot.append(f"{name}: not read {'before' if was is None else 'after'}")
+        elif rules.is_saturated(counter(key), was):
+            out.cannot.append(f"{name}: at {was} before, a counter that cannot grow")
+        elif now < was:
+            out.cannot.append(f"{name}: went down from {was} to {now} (reset between reads?)")
+        else:
+            out.compared += 1
+            if now > was:
+                verdict = Verdict.FAIL if rule == "fail" else Verdict.WARN
+                out.grew[verdict].append(f"{name} +{now - was} ({was} -> {now})")
+    for key in before.keys() - after.keys():
+        if rules.verdict_of(counter(key)) is not None:
+            out.cannot.append(f"{label(key)}: not read after")
+    return out
+
+
+def growth_results(
+    exp: NodeExpectation, check: str, subject: str, found: Growth, during: str
+) -> list[CheckResult]:
+    """FAIL / WARN naming what grew ``during`` the tests, UNKNOWN for what cannot be compared;
+    nothing when all is well (the caller says OK once)."""
+    out = [
+        finding(exp, check, verdict, f"grew during {during}: " + "; ".join(items), subject=subject)
+        for verdict, items in found.grew.items()
+        if items
+    ]
+    if found.cannot:
+        more = f" (and {len(found.cannot) - 8} more)" if len(found.cannot) > 8 else ""
+        message = "; ".join(found.cannot[:8]) + more
+        out.append(finding(exp, check, Verdict.UNKNOWN, message, subject=subject))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# InfiniBand port counters (``perfquery -x -C <hca> -P 1``), read before and after every test
+
+PORT_ERRORS = "ib.port.errors"
+DURING = "the tests (ib_write_bw between nodes included)"
+
+
+def _reads_counters(exp: NodeExpectation) -> bool:
+    return any(
+        collects(exp, f"perfquery.start.{n.device}") for n in exp.nics if n.kind == "infiniband"
+    )
+
+
+@node_judge("perfquery.start", "perfquery.end", applies=_reads_counters)
+def judge_ib_port_errors(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    """Growth of each InfiniBand HCA's port error counters between the two reads: LinkDowned,
+    ExcessiveBufferOverrun and LocalLinkIntegrity FAIL, the other error counters WARN."""
+    rules = counter_rules("infiniband")
+    out: list[CheckResult] = []
+    compared = 0
+    for nic in exp.nics:
+        if nic.kind != "infiniband":
+            continue
+        hca = nic.device
+        kinds = f"perfquery.start.{hca}", f"perfquery.end.{hca}"
+        first, unknown_first = usable_parse(exp, outputs, [kinds[0]], PORT_ERRORS)
+        last, unknown_last = usable_parse(exp, outputs, [kinds[1]], PORT_ERRORS)
+        out += [replace(r, subject=hca) for r in unknown_first + unknown_last]
+        if first is None or last is None:
+            continue
+        before = {(b.port, k): v for b in port_counters_of(first.data) for k, v in b.counts.items()}
+        after = {(b.port, k): v for b in port_counters_of(last.data) for k, v in b.counts.items()}
+        found = growth(
+            before, after, rules, lambda key: key[1], lambda key: f"port {key[0]} {key[1]}"
+        )
+        compared += found.compared
+        out += growth_results(exp, PORT_ERRORS, hca, found, DURING)
+    if not out and compared:
+        message = f"none of {compared} InfiniBand port error counters grew during {DURING}"
+        out.append(finding(exp, PORT_ERRORS, Verdict.OK, message))
+    elif not out:
+        out.append(finding(exp, PORT_ERRORS, Verdict.UNKNOWN, "perfquery shows no error counters"))
+    return out
