@@ -315,7 +315,7 @@ def test_infiniband_stand_ins_use_debians_names_above_bookworms_versions(built: 
             ["dpkg", "--compare-versions", specs[name].version, "gt", version], check=False
         )
         assert newer.returncode == 0, name
-    assert specs["infiniband-diags"].bin == ("ibstat",)
+    assert specs["infiniband-diags"].bin == ("ibstat", "perfquery")
     assert specs["ibverbs-utils"].bin == ("ibv_devinfo",)
     assert "ib_write_bw" in specs["perftest"].bin
     assert specs["mlnx-tools"].bin == ("ibdev2netdev", "mlnx_qos")
