@@ -13,6 +13,7 @@ exactly the enforced keys, each with the checks that read it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -33,8 +34,9 @@ from gpuctl.errors import ConfigError
 from gpuctl.validation import multinode
 from gpuctl.validation.bundle import META_FILE, MULTINODE_DIR, NodeBundle
 from gpuctl.validation.capture import capture_output
-from gpuctl.validation.expect import expectations
+from gpuctl.validation.expect import ExpectedNic, expectations
 from gpuctl.validation.judges.base import ProbeOutput
+from gpuctl.validation.judges.counters import judge_ib_port_errors
 from gpuctl.validation.results import CheckResult, Verdict
 from gpuctl.validation.suite import judge_cluster
 
@@ -100,6 +102,24 @@ def _failure_occurred(text: str) -> str:
 def _sram_correctable(text: str) -> str:
     # No public capture shows a non-zero SRAM correctable count; 12 here, in memory only.
     return re.sub(r"(SRAM Correctable\s+: )0\b", r"\g<1>12", text)
+
+
+PERFQUERY = "ib/counters/perfquery-x-rhel75-lid10-port1-all-zero.txt"  # every counter 0
+
+
+def _link_flaps(cluster: Cluster, tmp: Path) -> Results:
+    """NODE with one InfiniBand HCA whose LinkDownedCounter grew by 2 between the two reads
+    (the base cluster's adapters are RoCE: NODE's expectation with the thresholds resolved
+    there and an InfiniBand HCA in place of them)."""
+    exp = expectations(cluster)[NODE]
+    exp = dataclasses.replace(exp, nics=(ExpectedNic("mlx5_0", "ib", "infiniband", 400),))
+    zero = _text(PERFQUERY)
+    flapped = re.sub(r"^(LinkDownedCounter:\.+)0$", r"\g<1>2", zero, flags=re.M)
+    outputs = {
+        "perfquery.start.mlx5_0": ProbeOutput("perfquery", zero),
+        "perfquery.end.mlx5_0": ProbeOutput("perfquery", flapped),
+    }
+    return {NODE: judge_ib_port_errors(exp, outputs)}
 
 
 def _judged(cluster: Cluster, tmp: Path, bundles: dict[str, NodeBundle]) -> Results:
@@ -181,6 +201,8 @@ CASES: tuple[Case, ...] = (
         _on("smi-q", REMAP, _sram_correctable),
     ),
     Case("dram_correctable_max", "gpu.ecc.dram_correctable", 177, 176, _on("smi-q", REMAP)),
+    # two link-downs during the run: within a maximum of 2 a warning, above 1 a failure
+    Case("ib_link_flaps_max", "ib.port.errors", 2, 1, judge=_link_flaps, passing=Verdict.WARN),
     # a list: Xid 13 is "monitor" in data/xid.yml; in xid_fatal it fails the node
     Case("xid_fatal", "xid", [48], [13], _on("xid", XID_13), passing=Verdict.WARN),
 )

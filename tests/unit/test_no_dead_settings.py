@@ -674,6 +674,28 @@ def _xid_verdicts(cluster: Cluster, tmp: Path) -> Any:
     return _verdicts(cluster, {node: NodeBundle(node, {"xid": log})})
 
 
+def _flap_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """The InfiniBand port judge on the first node with InfiniBand HCAs: every HCA read twice
+    with the real all-zero perfquery -x capture, the second read of the first HCA with one
+    link-down (a fault within or above ib_link_flaps_max)."""
+    from gpuctl.validation.expect import expectations
+
+    exp = next(
+        (e for e in expectations(cluster).values() if any(n.kind == "infiniband" for n in e.nics)),
+        None,
+    )
+    if exp is None:
+        return None
+    hcas = [n.device for n in exp.nics if n.kind == "infiniband"]
+    zero = _bundle("ib/counters/perfquery-x-rhel75-lid10-port1-all-zero.txt", "perfquery")
+    flapped = ProbeOutput(
+        "perfquery", re.sub(r"^(LinkDownedCounter:\.+)0$", r"\g<1>1", zero.text or "", flags=re.M)
+    )
+    outputs = {f"perfquery.start.{h}": zero for h in hcas}
+    outputs |= {f"perfquery.end.{h}": flapped if h == hcas[0] else zero for h in hcas}
+    return _verdicts(cluster, {exp.node: NodeBundle(exp.node, outputs)})
+
+
 def _multinode_threshold(cluster: Cluster, tmp: Path) -> Any:
     from gpuctl.validation.expect import expectations
     from gpuctl.validation.multinode import threshold_for
@@ -750,6 +772,7 @@ PROOFS: dict[str, Proof] = {
     **{p + "fleet_relative_min": _nccl_verdicts for p in _TH},
     **{p + "remapped_rows_failure_max": _remap_failure_verdicts for p in _TH},
     **{p + "xid_fatal": _xid_verdicts for p in _TH},
+    **{p + "ib_link_flaps_max": _flap_verdicts for p in _TH},
     **{p + "ib_write_bw_gbps": _ib_verdicts for p in _TH},
     **{p + "nccl_multinode_busbw_gbs": _multinode_threshold for p in _TH},
 }
@@ -761,6 +784,7 @@ CANDIDATES.update(
         **{p + k: [0, 10] for p in _TH for k in ("sram_correctable_max", "dram_correctable_max")},
         **{p + "fleet_relative_min": [0.999, 0.01] for p in _TH},
         **{p + "xid_fatal": [[13], [43]] for p in _TH},
+        **{p + "ib_link_flaps_max": [1, 0] for p in _TH},
         "bmc.credentials.username_env": ["OTHER_USER"],
         "bmc.credentials.password_env": ["OTHER_PASS"],
         "bmc.credentials.vault_file": ["bmc.vault.yml"],

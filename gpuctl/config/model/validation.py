@@ -28,8 +28,8 @@ class Thresholds(StrictModel):
     Resolution, last wins: gpuctl defaults (data/health.yml, data/xid.yml), the group's GPU
     model (data/gpu_models.yml), the group's fabric rate (data/fabrics.yml),
     `validation.thresholds`, `node_groups[].validation.thresholds`. ECC and row-remap limits
-    count per GPU. `ib_write_lat_p99_us`, `pcie_h2d_gbs`, `pcie_d2h_gbs` and
-    `ib_link_flaps_max` are not enforced yet: set, they are refused.
+    count per GPU. `ib_write_lat_p99_us`, `pcie_h2d_gbs` and `pcie_d2h_gbs` are not enforced
+    yet: set, they are refused.
     """
 
     nccl_all_reduce_busbw_gbs: float | None = Field(
@@ -95,8 +95,8 @@ class Thresholds(StrictModel):
     ib_link_flaps_max: int | None = Field(
         None,
         ge=0,
-        description="Not enforced yet (refused when set): most link-down events per "
-        "adapter in 24 h.",
+        description="Most link-down events (growth of LinkDownedCounter) per InfiniBand HCA "
+        "port during one validation run (standard, long); more fail, up to it warn. Default 0.",
     )
 
 

@@ -28,17 +28,17 @@ THRESHOLD_CHECKS: dict[str, tuple[str, ...]] = {
     "sram_correctable_max": ("gpu.ecc.sram_correctable",),
     "dram_correctable_max": ("gpu.ecc.dram_correctable",),
     "xid_fatal": ("xid",),
+    "ib_link_flaps_max": ("ib.port.errors",),
 }
 
 # UNENFORCED_THRESHOLDS: keys the model has but no check reads yet (issue 18 adds their probes:
-# ib_write_lat, PCIe copy bandwidth, link flaps). A set value is refused, in
+# ib_write_lat, PCIe copy bandwidth). A set value is refused, in
 # validation.thresholds and in node_groups[].validation.thresholds, rather than silently
 # ignored; they have no default, and `gpuctl check --json` does not list them.
 UNENFORCED_THRESHOLDS = (
     "ib_write_lat_p99_us",
     "pcie_h2d_gbs",
     "pcie_d2h_gbs",
-    "ib_link_flaps_max",
 )
 
 

@@ -40,9 +40,12 @@ def growth(
     rules: CounterRules,
     counter: Callable[[K], str],
     label: Callable[[K], str],
+    allowed: Mapping[str, tuple[int, str]] | None = None,
 ) -> Growth:
     """Each counter of ``after`` against ``before``: ``counter(key)`` names its rule,
-    ``label(key)`` is how a message names it. Counters the rules do not judge are skipped."""
+    ``label(key)`` is how a message names it. Counters the rules do not judge are skipped.
+    ``allowed``: counter -> (the most growth that is no failure, the threshold's name): more
+    FAILs, up to it WARNs."""
     out = Growth()
     for key, now in after.items():
         rule = rules.verdict_of(counter(key))
@@ -60,7 +63,13 @@ def growth(
             out.compared += 1
             if now > was:
                 verdict = Verdict.FAIL if rule == "fail" else Verdict.WARN
-                out.grew[verdict].append(f"{name} +{now - was} ({was} -> {now})")
+                text = f"{name} +{now - was} ({was} -> {now})"
+                limit = (allowed or {}).get(counter(key))
+                if limit is not None:
+                    most, what = limit
+                    verdict = Verdict.FAIL if now - was > most else Verdict.WARN
+                    text += f", {what} {most}"
+                out.grew[verdict].append(text)
     for key in before.keys() - after.keys():
         if rules.verdict_of(counter(key)) is not None:
             out.cannot.append(f"{label(key)}: not read after")
@@ -88,6 +97,7 @@ def growth_results(
 # InfiniBand port counters (``perfquery -x -C <hca> -P 1``), read before and after every test
 
 PORT_ERRORS = "ib.port.errors"
+FLAPS = "LinkDownedCounter"
 DURING = "the tests (ib_write_bw between nodes included)"
 
 
@@ -99,9 +109,12 @@ def _reads_counters(exp: NodeExpectation) -> bool:
 
 @node_judge("perfquery.start", "perfquery.end", applies=_reads_counters)
 def judge_ib_port_errors(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
-    """Growth of each InfiniBand HCA's port error counters between the two reads: LinkDowned,
-    ExcessiveBufferOverrun and LocalLinkIntegrity FAIL, the other error counters WARN."""
+    """Growth of each InfiniBand HCA's port error counters between the two reads: LinkDowned
+    (above ``ib_link_flaps_max``), ExcessiveBufferOverrun and LocalLinkIntegrity FAIL, the
+    other error counters WARN."""
     rules = counter_rules("infiniband")
+    # link-downs during the run: more than ib_link_flaps_max fail, fewer warn (default 0)
+    flaps = int(exp.thresholds.get("ib_link_flaps_max") or 0)
     out: list[CheckResult] = []
     compared = 0
     for nic in exp.nics:
@@ -117,7 +130,12 @@ def judge_ib_port_errors(exp: NodeExpectation, outputs: Outputs) -> list[CheckRe
         before = {(b.port, k): v for b in port_counters_of(first.data) for k, v in b.counts.items()}
         after = {(b.port, k): v for b in port_counters_of(last.data) for k, v in b.counts.items()}
         found = growth(
-            before, after, rules, lambda key: key[1], lambda key: f"port {key[0]} {key[1]}"
+            before,
+            after,
+            rules,
+            lambda key: key[1],
+            lambda key: f"port {key[0]} {key[1]}",
+            {FLAPS: (flaps, "ib_link_flaps_max")},
         )
         compared += found.compared
         out += growth_results(exp, PORT_ERRORS, hca, found, DURING)
