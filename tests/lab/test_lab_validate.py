@@ -20,7 +20,10 @@ from typing import Any
 import pytest
 from lab_helpers import COMPUTE, NODES, ProvisionedLab, sh
 
+from gpuctl.config import load_cluster
 from gpuctl.lab import lab
+from gpuctl.validation.expect import NodeExpectation, expectations
+from gpuctl.validation.probes import phases, probes_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -201,14 +204,17 @@ def _force_off(node: str) -> None:
         time.sleep(0.2)
 
 
-def _phase_one_done(bundle: Path, nodes: tuple[str, ...]) -> bool:
-    """Every node's own probes are done (its meta.json no longer says 'not finished')."""
+def _phase_one_done(bundle: Path, nodes: tuple[str, ...], exps: dict[str, NodeExpectation]) -> bool:
+    """Every node's own probes are done (its meta.json no longer says 'not finished' of any but
+    the second reads that follow ib_write_bw, the collector's last phase)."""
     for node in nodes:
         try:
-            text = (bundle / node / "meta.json").read_text(encoding="utf-8")
-        except OSError:
+            probes = json.loads((bundle / node / "meta.json").read_text(encoding="utf-8"))["probes"]
+        except (OSError, ValueError, KeyError):
             return False
-        if "not finished" in text:
+        after_pairs = {p.kind for p in phases(probes_for(exps[node], "standard"))[3]}
+        pending = {k for k, v in probes.items() if "not finished" in str(v.get("error"))}
+        if pending - after_pairs:
             return False
     return True
 
@@ -228,7 +234,8 @@ def test_a_node_that_loses_power_mid_run_is_lost_and_the_run_finishes_in_seconds
         )
     try:
         deadline = time.monotonic() + 300
-        while not _phase_one_done(out, GPUS):
+        exps = expectations(load_cluster(cluster))
+        while not _phase_one_done(out, GPUS, exps):
             assert proc.poll() is None, stderr.read_text()[-2000:]
             assert time.monotonic() < deadline, "the nodes' own probes did not finish"
             time.sleep(0.2)
