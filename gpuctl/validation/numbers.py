@@ -47,6 +47,14 @@ _NUMERIC_SHAPE = re.compile(
 _N = TypeVar("_N", int, float)
 
 
+def to_count(text: str | None) -> int | None:
+    """A counter as tools print it: digits only (``"20046"``), no sign, at most
+    :data:`MAX_DIGITS` digits; None for anything else (``N/A``, ``-1``, ``0x1f``)."""
+    if text is None or not text.isascii() or not text.isdigit():
+        return None
+    return to_int(text)
+
+
 def to_int(text: str | None, *, hex_prefix: bool = False) -> int | None:
     """``"400"`` -> 400, ``"-8"`` -> -8 (``hex_prefix``: also ``"0x1f"`` -> 31); None for
     anything else, and for more than :data:`MAX_DIGITS` digits."""

@@ -260,6 +260,16 @@ def _smi_csv(
 # InfiniBand tools
 
 
+def _ib_out(io: _Out, render: Callable[[], str]) -> int:
+    """Print what an InfiniBand tool prints, or its error and exit status (ib.IbError)."""
+    try:
+        io.out(render())
+    except ib.IbError as exc:
+        io.err(exc.message)
+        return exc.status
+    return 0
+
+
 def _perfquery(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
     """``perfquery -x -C <ca> [-P <port>]``: what validation runs; anything else is refused."""
     rest = list(args)
@@ -275,12 +285,7 @@ def _perfquery(profile: Profile, faults: Faults, node: str, args: list[str], io:
             "perfquery: only 'perfquery -x -C <ca> [-P <port>]' is simulated in the gpuctl lab\n"
         )
         return 255
-    try:
-        io.out(ib.perfquery(profile, faults, node, device, port))
-    except ib.IbError as exc:
-        io.err(exc.message)
-        return exc.status
-    return 0
+    return _ib_out(io, lambda: ib.perfquery(profile, faults, node, device, port))
 
 
 def _ibstat(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
@@ -295,12 +300,7 @@ def _ibstat(profile: Profile, faults: Faults, node: str, args: list[str], io: _O
     if len(args) > 2:
         io.err("Usage: ibstat [options] <ca_name> [portnum]\n")
         return 255
-    try:
-        io.out(ib.ibstat(profile, faults, node, *args))
-    except ib.IbError as exc:
-        io.err(exc.message)
-        return exc.status
-    return 0
+    return _ib_out(io, lambda: ib.ibstat(profile, faults, node, *args))
 
 
 def _ibv_devinfo(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
@@ -325,12 +325,7 @@ def _ibv_devinfo(profile: Profile, faults: Faults, node: str, args: list[str], i
             io.err(f"ibv_devinfo: unrecognized option '{arg}'\nUsage: ibv_devinfo [options]\n")
             return 255
         i += 1
-    try:
-        io.out(ib.ibv_devinfo(profile, faults, node, device, verbose))
-    except ib.IbError as exc:
-        io.err(exc.message)
-        return exc.status
-    return 0
+    return _ib_out(io, lambda: ib.ibv_devinfo(profile, faults, node, device, verbose))
 
 
 def _ibdev2netdev(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:

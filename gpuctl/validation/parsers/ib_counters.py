@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.validation.numbers import to_int
+from gpuctl.validation.numbers import to_count, to_int
 from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 KIND = "perfquery"
@@ -62,7 +62,7 @@ def parse_perfquery(text: str) -> ParseResult:
             name, value = field.group(1), field.group(2)
             if name in _NOT_COUNTERS:
                 continue
-            count = to_int(value) if re.fullmatch(r"\d{1,30}", value) else None
+            count = to_count(value)
             if count is None:
                 problems.append(f"port {blocks[-1]['port']}: {name}: not a count: {value[:40]!r}")
             if name in blocks[-1]["counters"]:

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.validation.numbers import to_int
+from gpuctl.validation.numbers import to_count, to_int
 from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 KIND = "nvlink-errors"
@@ -78,7 +78,7 @@ def parse_nvlink_errors(text: str) -> ParseResult:
             if entry is None:
                 entry = {"link": link, "counters": {}}
                 gpu["links"].append(entry)
-            count = to_int(value) if re.fullmatch(r"\d{1,30}", value) else None
+            count = to_count(value)
             if count is None:
                 problems.append(f"GPU {gpu['index']} link {link}: {name}: not a count: {value!r}")
             if key in entry["counters"]:
