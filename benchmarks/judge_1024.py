@@ -53,6 +53,7 @@ GOOD = {
     "xid": "kernel-xid/journal-kernel-xid-45-caused-by-previous-xid-145-149.txt",
     "dcgm-diag": "dcgm/dcgmi-diag-r4-pass-blacklist-era.txt",
     "uname": "kernel/uname-r-firecracker-guest-6.18.txt",
+    "slurmd-conf": "slurm/slurmd-C-p5-48xlarge-nodename-line.txt",
     # both reads of the NVLink error counters (no growth: the same capture twice)
     "nvlink-errors.start": NVLINK_E,
     "nvlink-errors.end": NVLINK_E,
@@ -74,6 +75,8 @@ def make_bundle(nodes: int, directory: Path) -> str:
     doc = yaml.safe_load(starter("hgx-h100", nodes))
     doc["node_groups"][1]["nics"][0]["devices"] = "mlx5_[0-1,4-9]"  # as the real ibstat lists
     doc["software"]["driver"] = {"branch": "565", "version": "565.57.01"}  # as the -q capture
+    # as the slurmd -C capture (p5.48xlarge: 2 x 48 x 2 CPUs, 2047961 MiB)
+    doc["node_groups"][1]["cpu"] = {"sockets": 2, "cores_per_socket": 48, "threads_per_core": 2}
     # the captured nccl/perftest runs are from smaller systems: hold them to their own floors
     doc["validation"]["thresholds"] = {"nccl_all_reduce_busbw_gbs": 200, "ib_write_bw_gbps": 90}
     text = yaml.safe_dump(doc, sort_keys=False)

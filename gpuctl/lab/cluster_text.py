@@ -121,7 +121,7 @@ def _profile_group(
     expected = (hw.get("expected") or {}).get("nccl_all_reduce_busbw_gbs")
     if expected and gpu_spec(hw["model"]).thresholds.get("nccl_all_reduce_busbw_gbs") is None:
         floor = round(float(expected) * 0.9, 1)
-        group["validation"] = {"thresholds": {"nccl_all_reduce_busbw_gbs": floor}}
+        group.setdefault("validation", {})["thresholds"] = {"nccl_all_reduce_busbw_gbs": floor}
     nics = hw.get("nics") or {}
     ports = [p["name"] for p in nics.get("ports") or []]
     if not ports:

@@ -8,7 +8,7 @@ from typing import Any
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds
 from gpuctl.config.facts import effective_interconnect, fabric_rate
-from gpuctl.config.model import Cluster, RdmaStack
+from gpuctl.config.model import Cluster, RdmaStack, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,15 @@ class ExpectedNic:
     @property
     def link_layer(self) -> str:
         return "InfiniBand" if self.kind == "infiniband" else "Ethernet"
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedMount:
+    """A file system the node must have (``validation.mounts``, the group's added)."""
+
+    path: str
+    fstype: str | None = None
+    min_free_gib: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,11 @@ class NodeExpectation:
     nccl_version: str | None = None  # software.nccl as pinned ("2.26.2-1+cuda12.8")
     # software.rdma.doca_version where the DOCA-OFED stack is installed (rdma.stack doca-ofed)
     doca_version: str | None = None
+    # what gpuctl wrote on the node's NodeName line (compute nodes only: slurmd runs there):
+    # (sockets, cores per socket, threads per core) and RealMemory in MiB
+    slurm_cpu: tuple[int, int, int] | None = None
+    slurm_memory_mb: int | None = None
+    mounts: tuple[ExpectedMount, ...] = ()
 
 
 def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
@@ -68,6 +82,10 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
             for nic in group.nics
             for dev in _expand(nic.devices)
         )
+        compute = Role.COMPUTE in group.roles
+        cpu = group.cpu if compute else None
+        mounts = {m.path: m for m in cluster.validation.mounts}
+        mounts |= {m.path: m for m in group.validation.mounts}  # the group's entry wins
         for node in group.node_names():
             out[node] = NodeExpectation(
                 node=node,
@@ -86,6 +104,13 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
                 level=(group.validation.level or cluster.validation.level).value,
                 thresholds={k: v.value for k, v in th.items()},
                 sources={k: v.source for k, v in th.items()},
+                slurm_cpu=(cpu.sockets, cpu.cores_per_socket, cpu.threads_per_core)
+                if cpu
+                else None,
+                slurm_memory_mb=group.memory_mb if compute else None,
+                mounts=tuple(
+                    ExpectedMount(m.path, m.fstype, m.min_free_gib) for m in mounts.values()
+                ),
             )
     return out
 

@@ -13,9 +13,11 @@ probe running into its timeout, one after the other); nodes run in parallel. Typ
 an 8-GPU node are far lower.
 
 - ``quick`` (typically seconds; budget 4 min): GPU inventory and health (``nvidia-smi -q -x``),
-  the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports.
-- ``standard`` (typically a few minutes; budget 35 min): quick, plus single-node nccl-tests
-  all_reduce_perf over every GPU and ``dcgmi diag -r 2``; then ib_write_bw between pairs of
+  the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports,
+  the required mounts (``df``).
+- ``standard`` (typically a few minutes; budget 35 min): quick, plus ``slurmd -C``, the error
+  counters' first reads, single-node nccl-tests all_reduce_perf over every GPU and
+  ``dcgmi diag -r 2``; then ib_write_bw between pairs of
   nodes, every HCA one after the other (``IB_WRITE_BW_TIMEOUT_S``: 60 s per HCA on the node,
   killed 10 s later, the channel given up 25 s after that; the server gets 15 s to start;
   typically 2-3 s), in one round for an even count of nodes and two for an odd one, plus retest
@@ -66,7 +68,15 @@ class Probe:
     per_hca: bool = False
 
     def command(self, exp: NodeExpectation) -> tuple[str, ...]:
-        return tuple(a.format(gpus=exp.gpu_count) for a in self.argv)
+        """The argv for ``exp``'s node: ``{gpus}`` its GPU count; the word ``{mounts}`` its
+        required mount points, one word each (each word is quoted on the way to the node)."""
+        words: list[str] = []
+        for a in self.argv:
+            if a == "{mounts}":
+                words += [m.path for m in exp.mounts]
+            else:
+                words.append(a.format(gpus=exp.gpu_count))
+        return tuple(words)
 
     @property
     def parser(self) -> str:
@@ -135,6 +145,16 @@ def nvswitch(e: NodeExpectation) -> bool:
 def any_nic(e: NodeExpectation) -> bool:
     """InfiniBand / RoCE adapters."""
     return bool(e.nics)
+
+
+def slurm_compute(e: NodeExpectation) -> bool:
+    """Nodes gpuctl wrote a NodeName line for with CPUs or RealMemory (slurmd runs there)."""
+    return e.slurm_cpu is not None or e.slurm_memory_mb is not None
+
+
+def required_mounts(e: NodeExpectation) -> bool:
+    """Nodes cluster.yml names file systems for (``validation.mounts``)."""
+    return bool(e.mounts)
 
 
 def ib_nics(e: NodeExpectation) -> bool:
@@ -214,6 +234,24 @@ PROBES: tuple[Probe, ...] = (
         _levels(QUICK, STANDARD, LONG),
         lambda e: e.doca_version is not None,  # where cluster.yml installs DOCA-OFED
         description="the DOCA-OFED / MLNX_OFED version (compared across the node group)",
+    ),
+    Probe(
+        "df",
+        # the required mount points only: a df of every mount would wait on each network file
+        # system (and trigger every automount); "file" names the path asked for in each row
+        ("df", "-B1", "--output=file,target,fstype,size,avail", "--", "{mounts}"),
+        10,
+        _levels(QUICK, STANDARD, LONG),
+        required_mounts,
+        description="the file systems cluster.yml requires: mount point, type, free space",
+    ),
+    Probe(
+        "slurmd-conf",
+        ("slurmd", "-C"),
+        30,
+        _levels(STANDARD, LONG),
+        slurm_compute,
+        description="the CPUs and memory slurmd finds, against the NodeName line gpuctl wrote",
     ),
     # NVLink error counters, read twice around the GPU tests: growth is judged, never the
     # lifetime totals (a counter keeps what a link did since the driver loaded)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from lab_helpers import COMPUTE, NODES, ProvisionedLab, sh
 
 from gpuctl.config import load_cluster
@@ -101,6 +102,60 @@ def test_standard_passes_with_nccl_dcgm_and_ib_write_bw(cluster: Path, tmp_path:
         assert all(c["verdict"] == "ok" and c["measured"] > 375 for c in bw), bw
         assert _checks(report, node, "dcgm.diag")
         assert all(c["verdict"] == "ok" for c in _checks(report, node, "dcgm.diag"))
+
+
+def test_node_basics_are_judged_with_the_real_slurmd_and_df(cluster: Path, tmp_path: Path) -> None:
+    """Issue 18, point 6, on real tools (nothing simulated): `slurmd -C` of the installed
+    Slurm against the NodeName line gpuctl wrote, `df` of the mounts the lab's cluster.yml
+    requires (/ with 1 GiB free, /tmp a tmpfs). A /tmp unmounted on gpu002 (its files then
+    land on the root file system, as when an NFS mount fails) fails gpu002 alone, at quick;
+    a RealMemory above what the nodes have fails every compute node on node.memory."""
+    code, report, err = _validate(cluster, tmp_path, "--level", "standard")
+    assert code == 0, (_bad(report), err[-2000:])
+    for node in GPUS:
+        for check in ("node.cpus", "node.memory"):
+            [found] = _checks(report, node, check)
+            assert found["verdict"] in ("ok", "warn"), found  # warn: the host's CPU layout
+        memory = _checks(report, node, "node.memory")[0]
+        assert memory["verdict"] == "ok"
+        assert memory["measured"] >= 1024
+        assert [(c["subject"], c["verdict"]) for c in _checks(report, node, "node.mount")] == [
+            ("/", "ok"),
+            ("/tmp", "ok"),  # noqa: S108 - a mount point the lab requires
+        ]
+    assert _checks(report, "ctl01", "node.mount") == []  # the gpu group's mounts only
+    unmount = sh(lab.address_of("gpu002"), "umount -l /tmp")  # lazily: a file may be open
+    assert unmount.returncode == 0, unmount.stderr
+    try:
+        code, report, _ = _validate(cluster, tmp_path, "--level", "quick")
+        assert code == 1
+        assert _bad(report) == {
+            **{n: [] for n in NODES if n != "gpu002"},
+            "gpu002": [
+                (
+                    "node.mount",
+                    "not mounted: /tmp is a directory on / (overlay), not a file system of its own",
+                )
+            ],
+        }
+    finally:
+        remount = sh(
+            lab.address_of("gpu002"), "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp"
+        )
+        assert remount.returncode == 0, remount.stderr
+    doc = yaml.safe_load(cluster.read_text(encoding="utf-8"))
+    doc["node_groups"][1]["memory_mb"] = 64 * 1024 * 1024  # 64 TiB
+    more = tmp_path / "more-memory.yml"
+    more.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    code, report, _ = _validate(more, tmp_path, "--level", "standard", "--limit", "gpu001")
+    assert code == 1
+    [memory] = _checks(report, "gpu001", "node.memory")
+    assert memory["verdict"] == "fail"
+    assert (
+        "slurm.conf declares RealMemory=67108864: Slurm sets the node INVALID" in memory["message"]
+    )
+    code, report, _ = _validate(cluster, tmp_path, "--level", "quick")
+    assert code == 0, _bad(report)
 
 
 def test_a_lost_gpu_fails_and_drains_exactly_that_node_until_it_is_fixed(

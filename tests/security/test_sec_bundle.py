@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from helpers import ROOT
+from test_collect import df_text
 from typer.testing import CliRunner
 
 from gpuctl import fileio
@@ -77,6 +78,8 @@ class _Session:
             return _Running(text, rc)
         if tool == "uname":  # a real tool on lab nodes, not a stand-in
             return _Running("6.1.0-31-amd64\n")
+        if tool == "df":  # a real tool on lab nodes: rows of a real lab node's df
+            return _Running(*df_text(args[args.index("--") + 1 :], {}))
         handler = standin._HANDLERS.get(tool)
         if handler is None:
             return _Running("", 127, f"sh: 1: {tool}: not found\n")

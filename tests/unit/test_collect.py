@@ -20,6 +20,7 @@ from typing import Any
 
 import paramiko  # type: ignore[import-untyped]
 import pytest
+from helpers import ROOT
 
 from gpuctl.cli.validate_cmd import default_out
 from gpuctl.config import load_cluster
@@ -34,6 +35,7 @@ from gpuctl.remote import ExecResult, Target, Unreachable, command_line, ssh
 from gpuctl.validation import scope
 from gpuctl.validation.api import judge_bundle, validate
 from gpuctl.validation.bundle import load_node_bundle, write_atomic
+from gpuctl.validation.capture import capture_output
 from gpuctl.validation.collector import Collector
 from gpuctl.validation.expect import expectations
 from gpuctl.validation.results import Verdict
@@ -124,6 +126,40 @@ def done(stdout: str, rc: int = 0, stderr: str = "") -> FakeRunning:
 KERNEL = "6.1.0-31-amd64"
 
 
+def slurmd_c(node: str, cpus: tuple[int, int, int] = (1, 2, 1), memory_mb: int = 24105) -> str:
+    """`slurmd -C` as Slurm prints it (tests/fixtures/slurm/slurmd-C-*.txt): by default the lab
+    starter's compute layout (1 socket x 2 cores x 1 thread) with more memory than its
+    RealMemory=1024; a test gives a node its own with the fault key "slurmd"."""
+    s, c, t = cpus
+    return (
+        f"NodeName={node} CPUs={s * c * t} Boards=1 SocketsPerBoard={s} CoresPerSocket={c} "
+        f"ThreadsPerCore={t} RealMemory={memory_mb}\nUpTime=0-01:02:03\n"
+    )
+
+
+# df on a lab node (tests/fixtures/node/, a real capture): its rows by the path asked for
+DF_FIXTURE = ROOT / "tests/fixtures/node/df-output-file-debian13-lab-node-overlay-tmpfs.txt"
+
+
+def df_text(paths: list[str], rows: Mapping[str, str]) -> tuple[str, int, str]:
+    """What df prints for ``paths`` on a lab node (stdout, exit status, stderr): the captured
+    row of each path (``rows``, by path, replace or add rows: "" is a path df cannot stat), in
+    the order asked; exit 1 and df's message for a path without a row, as df does."""
+    header, *captured = capture_output(DF_FIXTURE).splitlines()
+    known = {line.split()[0]: line for line in captured} | dict(rows)
+    out, err = [header], ""
+    for path in paths:
+        if known.get(path):
+            out.append(known[path])
+        else:
+            err += f"df: {path}: No such file or directory\n"
+    return "\n".join(out) + "\n", 1 if err else 0, err
+
+
+def df_rows(paths: list[str], rows: Mapping[str, str]) -> FakeRunning:
+    return done(*df_text(paths, rows))
+
+
 class Sim:
     """Answers like a lab node: the stand-in tools of gpuctl.lab.sim, faults per node."""
 
@@ -146,6 +182,10 @@ class Sim:
             return done(text, rc)
         if tool == "uname":  # a real tool on lab nodes (the host's kernel), not a stand-in
             return done(f"{faults.get('kernel', KERNEL)}\n")
+        if tool == "slurmd" and args == ["-C"]:  # real Slurm on provisioned lab nodes
+            return done(faults.get("slurmd") or slurmd_c(node))
+        if tool == "df":  # a real tool on lab nodes; a test gives a node its own rows ("df")
+            return df_rows(args[args.index("--") + 1 :], faults.get("df", {}))
         if tool == "ib_write_bw":
             server = args[-1] if not args[-1].startswith("-") and args[-2] != "-d" else None
             hca = args[args.index("-d") + 1]
@@ -204,11 +244,12 @@ def test_quick_on_healthy_nodes_passes_and_runs_only_the_quick_probes(cluster_ym
     assert not res.failed, problems
     assert res.report.level == "quick"
     tools = {shlex.split(cmd)[4] for node, cmd in conn.log if node == "gpu001"}
-    assert tools == {"nvidia-smi", "journalctl", "systemctl", "ibstat", "uname"}
+    assert tools == {"nvidia-smi", "journalctl", "systemctl", "ibstat", "uname", "df"}
     assert {node for node, _ in conn.log} == {"gpu001", "gpu002", "gpu003"}  # ctl01: no probe
     assert verdicts(res.report, "ctl01", "node.reachable") == [Verdict.OK]
     folder = res.bundle / "gpu001"
     assert sorted(p.name for p in folder.iterdir()) == [
+        "df.txt",
         "fabricmanager.txt",
         "ibstat.txt",
         "meta.json",

@@ -320,7 +320,11 @@ def test_suite_on_a_bundle_directory(tmp_path: Path) -> None:
     assert ("nccl.busbw", Verdict.UNKNOWN) in gpu001  # timed out
     assert ("gpu.count", Verdict.OK) in gpu001
     assert by["gpu001"].failed  # unknown fails closed
-    assert not by["login01"].failed  # reachable, nothing GPU-related to judge
+    # reachable, nothing GPU-related to judge; the /home every node must have (the example's
+    # validation.mounts) was not shown: UNKNOWN, which fails closed
+    login = {(r.check, r.verdict) for r in by["login01"].checks}
+    assert login == {("node.reachable", Verdict.OK), ("node.mount", Verdict.UNKNOWN)}
+    assert by["login01"].failed
 
 
 def test_ib_write_bw_threshold_as_a_share_of_the_line_rate() -> None:

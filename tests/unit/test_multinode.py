@@ -451,9 +451,9 @@ def test_rejudging_with_a_lower_threshold_replays_without_new_runs(cluster_yml: 
     doc = cluster_yml.read_text(encoding="utf-8")
     cluster_yml.write_text(
         doc.replace(
-            "validation:\n", "validation:\n  thresholds: {nccl_multinode_busbw_gbs: 150}\n", 1
+            "\nvalidation:\n", "\nvalidation:\n  thresholds: {nccl_multinode_busbw_gbs: 150}\n", 1
         )
-        if "validation:\n" in doc
+        if "\nvalidation:\n" in doc
         else doc + "validation:\n  thresholds: {nccl_multinode_busbw_gbs: 150}\n",
         encoding="utf-8",
     )
@@ -640,8 +640,8 @@ def test_one_rank_per_node_from_cluster_yml(cluster_yml: Path) -> None:
     doc = per_gpu(cluster_yml).read_text(encoding="utf-8")
     block = "  multinode: {rank_per: node, launch_node: gpu002, partition: gpu}\n"
     cluster_yml.write_text(
-        doc.replace("validation:\n", "validation:\n" + block, 1)
-        if "validation:\n" in doc
+        doc.replace("\nvalidation:\n", "\nvalidation:\n" + block, 1)
+        if "\nvalidation:\n" in doc
         else doc + "validation:\n" + block,
         encoding="utf-8",
     )

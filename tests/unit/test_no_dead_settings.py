@@ -696,6 +696,24 @@ def _flap_verdicts(cluster: Cluster, tmp: Path) -> Any:
     return _verdicts(cluster, {exp.node: NodeBundle(exp.node, outputs)})
 
 
+def _mount_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """The mount judge on the first node that must have file systems: df as a lab node printed
+    it (tests/fixtures/node/), plus rows in its layout for the mounts the examples name (a
+    tmpfs-sized file system of the type the example gives, 2.4 GiB free)."""
+    from gpuctl.validation.expect import expectations
+
+    exp = next((e for e in expectations(cluster).values() if e.mounts), None)
+    if exp is None:
+        return None
+    lab = capture_output(FIX / "node/df-output-file-debian13-lab-node-overlay-tmpfs.txt")
+    header, *rows = lab.splitlines()
+    size, free = next(r.split()[3:5] for r in rows if r.split()[0] == "/tmp")  # noqa: S108 - a df row
+    rows = [r for r in rows if r.split()[0] != "/home"]
+    rows += [f"{p} {p} {t} {size} {free}" for p, t in (("/home", "nfs4"), ("/raid", "ext4"))]
+    df = ProbeOutput("df", "\n".join([header, *rows]) + "\n")
+    return _verdicts(cluster, {exp.node: NodeBundle(exp.node, {"df": df})})
+
+
 def _multinode_threshold(cluster: Cluster, tmp: Path) -> Any:
     from gpuctl.validation.expect import expectations
     from gpuctl.validation.multinode import threshold_for
@@ -775,6 +793,11 @@ PROOFS: dict[str, Proof] = {
     **{p + "ib_link_flaps_max": _flap_verdicts for p in _TH},
     **{p + "ib_write_bw_gbps": _ib_verdicts for p in _TH},
     **{p + "nccl_multinode_busbw_gbs": _multinode_threshold for p in _TH},
+    **{
+        f"{p}mounts[].{k}": _mount_verdicts
+        for p in ("validation.", "node_groups[].validation.")
+        for k in ("path", "fstype", "min_free_gib")
+    },
 }
 # Values a proof needs that no generic rule finds (a crossing point for a verdict, an id).
 CANDIDATES.update(
@@ -785,6 +808,8 @@ CANDIDATES.update(
         **{p + "fleet_relative_min": [0.999, 0.01] for p in _TH},
         **{p + "xid_fatal": [[13], [43]] for p in _TH},
         **{p + "ib_link_flaps_max": [1, 0] for p in _TH},
+        **{f"{p}mounts[].path": ["/scratch"] for p in ("validation.", "node_groups[].validation.")},
+        **{f"{p}mounts[].fstype": ["xfs"] for p in ("validation.", "node_groups[].validation.")},
         "bmc.credentials.username_env": ["OTHER_USER"],
         "bmc.credentials.password_env": ["OTHER_PASS"],
         "bmc.credentials.vault_file": ["bmc.vault.yml"],

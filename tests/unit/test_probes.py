@@ -66,6 +66,8 @@ def test_quick_on_an_hgx_h100_node_runs_the_inventory_health_and_version_command
         # the golden-config comparison's two (ofed_info where cluster.yml installs DOCA-OFED)
         "uname": "uname -r",
         "ofed-info": "ofed_info -s",
+        # the cluster's /home and the group's /raid (validation.mounts), their paths only
+        "df": "df -B1 --output=file,target,fstype,size,avail -- /home /raid",
     }
 
 

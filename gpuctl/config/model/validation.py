@@ -5,9 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-from gpuctl.config.types import Percent, StrictModel
+from gpuctl.config.types import AbsPath, Percent, StrictModel
 
 
 # The validation levels: the one definition (probes, bundles, node-check and rollout use it).
@@ -100,12 +100,44 @@ class Thresholds(StrictModel):
     )
 
 
+class Mount(StrictModel):
+    """A file system each node must have mounted, judged by `gpuctl validate` at every level
+    (check `node.mount`, from `df` on the node): mounted at exactly ``path``, of ``fstype``
+    where given, with at least ``min_free_gib`` free where given."""
+
+    path: Literal["/"] | AbsPath = Field(
+        description="Mount point, absolute (`/home`, `/scratch`, `/` for the root file system)."
+    )
+    fstype: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._]{0,31}$")] | None = Field(
+        None, description="File system type as `df` shows it (`nfs4`, `lustre`, `xfs`); null = any."
+    )
+    min_free_gib: float | None = Field(
+        None, gt=0, description="Least free space for unprivileged users (`df` Avail), GiB."
+    )
+
+
+def _unique_mounts(mounts: list[Mount]) -> list[Mount]:
+    paths = [m.path for m in mounts]
+    twice = sorted({p for p in paths if paths.count(p) > 1})
+    if twice:
+        raise ValueError(f"mount {', '.join(twice)} listed twice")
+    return mounts
+
+
+Mounts = Annotated[list[Mount], AfterValidator(_unique_mounts)]
+
+
 class GroupValidation(StrictModel):
     """Validation settings for one node group."""
 
     level: Level | None = Field(None, description="Default check level; null = the cluster's.")
     thresholds: Thresholds = Field(
         default_factory=lambda: Thresholds(), description="Overrides for this group."
+    )
+    mounts: Mounts = Field(
+        default_factory=list,
+        description="File systems this group's nodes must have, besides `validation.mounts` "
+        "(an entry for the same path replaces the cluster-wide one).",
     )
 
 
@@ -160,4 +192,9 @@ class Validation(StrictModel):
     multinode: Multinode = Field(
         default_factory=lambda: Multinode(),
         description="Multi-node nccl-tests through Slurm (`long` level).",
+    )
+    mounts: Mounts = Field(
+        default_factory=list,
+        description="File systems every node must have mounted (`/home`, `/scratch`), with "
+        "their type and least free space; judged at every level.",
     )

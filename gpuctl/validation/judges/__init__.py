@@ -20,6 +20,7 @@ from gpuctl.validation.judges import (
     gpus,
     infiniband,
     nccl,
+    node,
     nvlink,
     topology,
     xid,
@@ -39,4 +40,6 @@ NODE_JUDGES: tuple[Judge, ...] = (
     infiniband.judge_ib_write_bw_pairs,
     counters.judge_ib_port_errors,
     consistency.judge_config_probes,
+    node.judge_node_resources,
+    node.judge_mounts,
 )

@@ -165,7 +165,10 @@ def usable_parse(
             continue
         result = out.parse_as(kind)
         if not result.recognised:
-            reasons.append(f"{kind}: output not recognised ({'; '.join(result.problems)[:200]})")
+            # "command not found" (127) and other failed starts print nothing usable
+            exited = f"exit code {out.rc}, " if out.rc not in (0, None) else ""
+            problems = "; ".join(result.problems)[:200]
+            reasons.append(f"{kind}: {exited}output not recognised ({problems})")
             continue
         if out.rc not in (0, None):
             reasons.append(f"{kind}: exit code {out.rc}")

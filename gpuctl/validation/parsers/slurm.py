@@ -547,3 +547,38 @@ def parse_slurmd_conf(text: str) -> ParseResult:
         "uptime_seconds": uptime_seconds(uptime) if isinstance(uptime, str) else None,
     }
     return ParseResult(kind=SLURMD_CONF, recognised=True, data=data, problems=tuple(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmdHardware:
+    """What ``slurmd -C`` found on the node: CPUs, their layout, memory in MiB (None: not
+    shown). ``sockets`` counts every board's (``Boards`` x ``SocketsPerBoard``, or the older
+    ``Sockets=``)."""
+
+    cpus: int | None
+    sockets: int | None
+    cores_per_socket: int | None
+    threads_per_core: int | None
+    memory_mb: int | None
+
+
+def slurmd_hardware_of(data: Mapping[str, Any]) -> SlurmdHardware:
+    """The record of :func:`parse_slurmd_conf`'s data."""
+    node = data.get("node")
+    node = node if isinstance(node, Mapping) else {}
+
+    def count(key: str) -> int | None:
+        value = node.get(key)
+        return (
+            value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        )
+
+    per_board, boards = count("SocketsPerBoard"), count("Boards") or 1
+    sockets = per_board * boards if per_board is not None else count("Sockets")
+    return SlurmdHardware(
+        cpus=count("CPUs"),
+        sockets=sockets,
+        cores_per_socket=count("CoresPerSocket"),
+        threads_per_core=count("ThreadsPerCore"),
+        memory_mb=count("RealMemory"),
+    )
