@@ -135,6 +135,14 @@ def counter_rules(family: str) -> CounterRules:
 
 
 @cache
+def ber_limit() -> tuple[float, str]:
+    """The most bit errors per bit a link may show after its corrections, and its source
+    (data/counters.yml ``ber``)."""
+    spec = load_data("counters.yml")["ber"]
+    return float(spec["max"]), str(spec["source"])
+
+
+@cache
 def default_fatal_xids() -> tuple[int, ...]:
     """The Xids that fail a node unless cluster.yml sets xid_fatal: every Xid of data/xid.yml
     whose action is not `monitor` (isolate, reboot, reset), in order."""

@@ -56,6 +56,8 @@ class NodeExpectation:
     slurm_cpu: tuple[int, int, int] | None = None
     slurm_memory_mb: int | None = None
     mounts: tuple[ExpectedMount, ...] = ()
+    # software.mft pinned: the NVIDIA Firmware Tools (mlxlink) are on the node's adapters' hosts
+    mft: bool = False
 
 
 def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
@@ -108,6 +110,7 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
                 if cpu
                 else None,
                 slurm_memory_mb=group.memory_mb if compute else None,
+                mft=cluster.software.mft is not None and bool(nics),
                 mounts=tuple(
                     ExpectedMount(m.path, m.fstype, m.min_free_gib) for m in mounts.values()
                 ),

@@ -66,6 +66,8 @@ class Probe:
     after: str = ""
     # one probe per InfiniBand HCA of the node: ``{hca}`` in argv, kind ``<kind>.<hca>``
     per_hca: bool = False
+    # with per_hca: the kinds of adapter it runs for (RoCE ports too, where the tool reads them)
+    nic_kinds: tuple[str, ...] = ("infiniband",)
 
     def command(self, exp: NodeExpectation) -> tuple[str, ...]:
         """The argv for ``exp``'s node: ``{gpus}`` its GPU count; the word ``{mounts}`` its
@@ -145,6 +147,11 @@ def nvswitch(e: NodeExpectation) -> bool:
 def any_nic(e: NodeExpectation) -> bool:
     """InfiniBand / RoCE adapters."""
     return bool(e.nics)
+
+
+def mft_nics(e: NodeExpectation) -> bool:
+    """Adapters on a node where cluster.yml installs MFT (mlxlink is part of it)."""
+    return e.mft and bool(e.nics)
 
 
 def slurm_compute(e: NodeExpectation) -> bool:
@@ -293,6 +300,20 @@ PROBES: tuple[Probe, ...] = (
         after=AFTER_PAIRS,
         description="InfiniBand port error counters again, after ib_write_bw between nodes",
     ),
+    # each adapter port's physical layer after every test: bit error rates after FEC, mlxlink's
+    # own diagnosis, the transceiver's readings against its own alarm thresholds (one read: a
+    # BER is a rate since the counters were last cleared, not a count)
+    Probe(
+        "mlxlink",
+        ("mlxlink", "-d", "{hca}", "-m", "-c"),
+        15,
+        _levels(STANDARD, LONG),
+        mft_nics,
+        per_hca=True,
+        nic_kinds=("infiniband", "roce"),
+        after=AFTER_PAIRS,
+        description="adapter port physical layer (mlxlink -m -c): BER, troubleshooting, module",
+    ),
     Probe(
         "nccl",
         ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "{gpus}"),
@@ -348,7 +369,7 @@ def _per_hca(probe: Probe, exp: NodeExpectation) -> list[Probe]:
             per_hca=False,
         )
         for n in exp.nics
-        if n.kind == "infiniband"
+        if n.kind in probe.nic_kinds
     ]
 
 

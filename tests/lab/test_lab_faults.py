@@ -102,6 +102,8 @@ CASES = [
     Case(
         "ib_link_flaps", "mlx5_2", "ib.port.errors", "port 1 LinkDownedCounter +", level="standard"
     ),
+    # an InfiniBand port with bit errors left after FEC (mlxlink -m -c, read after the tests)
+    Case("ib_ber", "mlx5_2:1E-9", "ib.link.ber", "Symbol BER 1.0E-9", level="standard"),
     # NVLink error counters that grow during the GPU tests (read before and after them)
     Case("nvlink_errors", "3:5", "gpu.nvlink.errors", "link 5 Replay Errors +", level="standard"),
     Case("nccl_wrong", "3", "nccl.wrong", "", level="standard", also=NCCL),

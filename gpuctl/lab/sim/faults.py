@@ -101,6 +101,19 @@ def _flaps(text: str) -> dict[str, int]:
     return {match.group(1): count}
 
 
+_BER = re.compile(r"\s*(mlx5_\d+)\s*(?::\s*([0-9](?:\.[0-9])?E-[0-9]{1,3})\s*)?", re.IGNORECASE)
+
+
+def _ber(text: str) -> dict[str, str]:
+    match = _BER.fullmatch(text)
+    if not match:
+        raise FaultError(f"ib_ber: expected HCA[:BER] such as mlx5_2:1E-9, got {text!r}")
+    ber = (match.group(2) or "1E-9").upper()
+    if not 1e-300 < float(ber) < 1e-3:
+        raise FaultError(f"ib_ber: a bit error rate between 1E-300 and 1E-3, not {ber}")
+    return {match.group(1): ber}
+
+
 def _pcie(text: str) -> dict[str, int | None]:
     parts = text.split(":")
     if len(parts) > 3:
@@ -216,6 +229,9 @@ SPECS: dict[str, FaultSpec] = {
             "ib_link_flaps", "HCA[:COUNT]", "an HCA port that goes down under load", _flaps, True
         ),
         FaultSpec(
+            "ib_ber", "HCA[:BER]", "an HCA port with bit errors after FEC (mlxlink)", _ber, True
+        ),
+        FaultSpec(
             "nccl_slow", "FACTOR", "NCCL busbw times FACTOR", lambda v: _factor(v, "nccl_slow")
         ),
         FaultSpec("nccl_wrong", "[COUNT]", "NCCL results with wrong elements", _wrong),
@@ -294,7 +310,7 @@ def _gpus_named(name: str, value: Any) -> list[int]:
 
 def _hcas_named(name: str, value: Any) -> list[str] | None:
     """The HCAs a fault names ([] for "every HCA"), or None when it names none."""
-    if name in ("ib_port_down", "ib_rate", "ib_link_flaps"):
+    if name in ("ib_port_down", "ib_rate", "ib_link_flaps", "ib_ber"):
         return list(value)
     if name == "firmware":
         named = [t for t in value if t == "hca" or t.startswith("mlx5_")]

@@ -22,7 +22,21 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from . import dcgm, driver, fabric, ib, kernel, mft, nvsmi, nvsmi_xml, peer, perf, qos, ranks
+from . import (
+    dcgm,
+    driver,
+    fabric,
+    ib,
+    kernel,
+    mft,
+    mlxlink,
+    nvsmi,
+    nvsmi_xml,
+    peer,
+    perf,
+    qos,
+    ranks,
+)
 from .common import Faults, Profile, visible_gpus
 from .faults import FaultError, validate
 
@@ -45,6 +59,7 @@ TOOLS = (
     "dmesg",
     "mlxfwmanager",
     "flint",
+    "mlxlink",
     "mlnx_qos",
 )
 
@@ -356,6 +371,14 @@ def _mlnx_qos(profile: Profile, faults: Faults, node: str, args: list[str], io: 
     return run.status
 
 
+def _mlxlink(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    # each port's physical layer: gpuctl/lab/sim/mlxlink.py
+    stdout, stderr, status = mlxlink.mlxlink_main(profile, faults, node, args)
+    io.out(stdout)
+    io.err(stderr)
+    return status
+
+
 def _flint(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
     if len(args) != 3 or args[0] not in ("-d", "--device") or args[2] not in ("query", "q"):
         io.err("-E- gpuctl lab: only 'flint -d DEVICE query' is simulated\n")
@@ -632,5 +655,6 @@ _HANDLERS: dict[str, _Handler] = {
     "dmesg": _dmesg,
     "mlxfwmanager": _mlxfwmanager,
     "flint": _flint,
+    "mlxlink": _mlxlink,
     "mlnx_qos": _mlnx_qos,
 }

@@ -22,6 +22,7 @@ from gpuctl.validation.judges import (
     nccl,
     node,
     nvlink,
+    phy,
     topology,
     xid,
 )
@@ -39,6 +40,7 @@ NODE_JUDGES: tuple[Judge, ...] = (
     nvlink.judge_nvlink_errors,
     infiniband.judge_ib_write_bw_pairs,
     counters.judge_ib_port_errors,
+    phy.judge_link_phy,
     consistency.judge_config_probes,
     node.judge_node_resources,
     node.judge_mounts,
