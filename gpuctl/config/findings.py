@@ -14,11 +14,21 @@ def loc_to_str(loc: Sequence[str | int]) -> str:
     """``("node_groups", 1, "gpus")`` -> ``node_groups[1].gpus``."""
     out = ""
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
+            continue
+        # a YAML key need not be a string (`~: x` has a null key, `true: x` a boolean one)
+        name = part if isinstance(part, str) else _yaml_scalar(part)
+        out += f".{name}" if out else name
     return out
+
+
+def _yaml_scalar(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 class RuleViolations(ConfigError):

@@ -703,3 +703,14 @@ def test_problem_points_at_the_offending_line(doc: Doc) -> None:
 def test_dashes_and_underscores_in_one_name_are_no_collision(doc: Doc) -> None:
     doc["node_groups"].append({"name": "gpu-a_b", "nodes": "cpu01", "roles": ["login"]})
     assert _problems(_dump(doc)) == []
+
+
+def test_a_key_that_is_not_a_string_is_named_not_a_crash() -> None:
+    """Found by the loader fuzz test: `~: ~<TAB>,` has a null key whose value holds a control
+    character; naming its place raised TypeError (an internal error, exit 70) instead of one
+    problem line."""
+    assert loc_to_str([None, "x", 2]) == "null.x[2]"  # type: ignore[list-item]
+    assert loc_to_str(["a", True]) == "a.true"
+    [problem] = _problems("~: ~\t,\n")
+    assert problem.path == "null"
+    assert "control character U+0009" in problem.message
