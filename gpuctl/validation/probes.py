@@ -35,7 +35,7 @@ an 8-GPU node are far lower.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
 from gpuctl.config.model import LEVELS, Level
@@ -344,12 +344,32 @@ PROBES: tuple[Probe, ...] = (
 )
 
 
+# What a plan depends on: every field of the expectation but the node's name and its
+# thresholds (no probe's ``needs`` reads them, nor does any command), so nodes of one shape
+# share one plan. The judges ask for a node's plan many times (``collects``): computed once.
+_NOT_IN_PLAN = frozenset({"node", "thresholds", "sources"})
+_PLAN_FIELDS = tuple(f.name for f in fields(NodeExpectation) if f.name not in _NOT_IN_PLAN)
+_PLANS: dict[tuple[object, ...], tuple[Probe, ...]] = {}
+_PLANS_MAX = 4096
+
+
 def probes_for(exp: NodeExpectation, level: str | None = None) -> list[Probe]:
     """The probes one node runs at ``level`` (default: the node's own level from cluster.yml),
     light ones first, then the exclusive ones, then the second reads, in table order."""
     lvl = level or exp.level
     if lvl not in LEVELS:
         raise ValueError(f"unknown level {lvl!r}; levels: {', '.join(LEVELS)}")
+    key = (lvl, *(getattr(exp, name) for name in _PLAN_FIELDS))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = tuple(_plan(exp, lvl))
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return list(plan)
+
+
+def _plan(exp: NodeExpectation, lvl: str) -> list[Probe]:
     chosen: list[Probe] = []
     for p in PROBES:
         if lvl in p.levels and p.needs(exp):

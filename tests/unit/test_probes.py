@@ -167,3 +167,20 @@ def test_the_xid_probe_output_of_a_quiet_node_is_a_kernel_log() -> None:
     )
     assert xid.data["events"][0]["timestamp"] == "2026-12-01T03:25:00+0000"
     assert not parse("xid", "-- No entries --\n").recognised
+
+
+def test_a_plan_is_shared_by_nodes_of_one_shape_and_never_stale() -> None:
+    """probes_for keeps one plan per node shape (everything but the name and thresholds): the
+    judges ask for it per kind, which took a seventh of judging 1,024 nodes."""
+    import dataclasses
+
+    from gpuctl.validation.expect import ExpectedMount
+
+    exp = _exps(ROOT / "inventories" / "hgx-h100-ndr.yml", "standard")["gpu001"]
+    twin = dataclasses.replace(exp, node="gpu999", thresholds={"nccl_all_reduce_busbw_gbs": 1})
+    assert probes_for(twin) == probes_for(exp)
+    assert probes_for(exp) is not probes_for(exp)  # a fresh list: a caller may change it
+    other = dataclasses.replace(exp, mounts=(ExpectedMount("/scratch"),))
+    [df] = [p for p in probes_for(other) if p.kind == "df"]
+    assert df.command(other)[-1] == "/scratch"
+    assert [p.kind for p in probes_for(exp, "quick")] != [p.kind for p in probes_for(exp)]
