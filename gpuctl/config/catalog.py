@@ -135,6 +135,12 @@ def counter_rules(family: str) -> CounterRules:
 
 
 @cache
+def nvlink_crc_fail_per_second() -> float:
+    """NVLink CRC errors per second that FAIL a link (DCGM's NVLink health watch)."""
+    return float(load_data("counters.yml")["nvlink"]["crc_fail_per_second"])
+
+
+@cache
 def ber_limit() -> tuple[float, str]:
     """The most bit errors per bit a link may show after its corrections, and its source
     (data/counters.yml ``ber``)."""

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
 import stat
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -282,6 +284,32 @@ class NodeBundle:
     problem: str | None = None  # the node folder or its meta.json cannot be read: UNKNOWN
 
 
+def sent_received(sent: float) -> dict[str, float]:
+    """meta.json's times of one probe: gpuctl's clock when it sent the command (``sent``) and
+    now, when its end came back (UTC seconds, microseconds)."""
+    return {"sent_at": round(sent, 6), "received_at": round(time.time(), 6)}
+
+
+# a probe's times are believed only in this range: after 2020, at most a day between them
+_EPOCH_MIN, _RAN_MAX_S = 1_577_836_800.0, 86_400.0
+
+
+def _probe_times(info: Any) -> tuple[float, float] | None:
+    """(sent, received) of one meta.json probe record; None when absent or not believable
+    (not numbers, before 2020, received before sent, or more than a day apart)."""
+    if not isinstance(info, dict):
+        return None
+    sent, received = info.get("sent_at"), info.get("received_at")
+    if isinstance(sent, bool) or isinstance(received, bool):
+        return None
+    if not isinstance(sent, int | float) or not isinstance(received, int | float):
+        return None
+    a, b = float(sent), float(received)
+    if not (math.isfinite(a) and math.isfinite(b)) or a < _EPOCH_MIN:
+        return None
+    return (a, b) if 0 <= b - a <= _RAN_MAX_S else None
+
+
 def _probe_record(kind: str, info: Any) -> tuple[int | None, bool, str | None]:
     """rc, timed_out and error of one meta.json probe record; a record of the wrong shape is
     an error (the probe is UNKNOWN), never a success."""
@@ -359,6 +387,7 @@ def load_node_bundle(node: str, folder: Path) -> NodeBundle:
             rc=rc,
             timed_out=timed_out,
             error=error,
+            ran=_probe_times(probes.get(kind)),
         )
         if hca:
             per_hca[hca] = out

@@ -62,6 +62,7 @@ from gpuctl.validation.bundle import (
     iso,
     new_header,
     said,
+    sent_received,
     write_header,
 )
 from gpuctl.validation.expect import NodeExpectation
@@ -223,11 +224,12 @@ class Collector:
             return  # stopped: meta.json keeps saying "not finished"
         exp = self.exps[state.target.node]
         argv = probe.command(exp)
+        sent = time.time()
         try:
             result = self._run(session, argv, probe.timeout_s)
         except Exception as exc:  # a transport bug must not lose the node
             result = ExecResult(error=f"could not run: {exc or type(exc).__name__}")
-        state.record(probe.kind, result, argv, probe.timeout_s)
+        state.record(probe.kind, result, argv, probe.timeout_s, **sent_received(sent))
 
     # -- phase 1: every node's own probes -------------------------------------------------
 

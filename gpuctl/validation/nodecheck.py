@@ -53,6 +53,7 @@ from gpuctl.validation.bundle import (
     iso,
     load_node_bundle,
     new_header,
+    sent_received,
     write_header,
     write_results,
 )
@@ -241,11 +242,12 @@ def _run_probes(
                 return
             if left < timeout:
                 timeout, extra = max(1, int(left)), {"deadline_s": deadline_s}
+        sent = time.time()
         try:
             result = runner(argv, timeout)
         except Exception as exc:  # a runner bug must not lose the probe: UNKNOWN, not OK
             result = ExecResult(error=f"could not run: {exc or type(exc).__name__}")
-        state.record(probe.kind, result, argv, timeout, **extra)
+        state.record(probe.kind, result, argv, timeout, **extra, **sent_received(sent))
 
     light, heavy, after_gpu, after_pairs = phases(plan)
     if light:

@@ -15,7 +15,7 @@ an 8-GPU node are far lower.
 - ``quick`` (typically seconds; budget 4 min): GPU inventory and health (``nvidia-smi -q -x``),
   the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports,
   the required mounts (``df``).
-- ``standard`` (typically a few minutes; budget 35 min): quick, plus ``slurmd -C``, the error
+- ``standard`` (typically a few minutes; budget 36 min): quick, plus ``slurmd -C``, the error
   counters' first reads, single-node nccl-tests all_reduce_perf over every GPU and
   ``dcgmi diag -r 2``; then ib_write_bw between pairs of
   nodes, every HCA one after the other (``IB_WRITE_BW_TIMEOUT_S``: 60 s per HCA on the node,
@@ -46,7 +46,7 @@ QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.valu
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
 # stays below it (a unit test checks every example cluster).
-LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 2100, LONG: 5400}
+LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 2160, LONG: 5400}
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +251,16 @@ PROBES: tuple[Probe, ...] = (
         _levels(QUICK, STANDARD, LONG),
         required_mounts,
         description="the file systems cluster.yml requires: mount point, type, free space",
+    ),
+    Probe(
+        "clock",
+        # the node's clock against gpuctl's: the collector records when it sent the command and
+        # when the answer came back (meta.json sent_at, received_at)
+        ("date", "-u", "+%s.%N"),
+        10,
+        _levels(STANDARD, LONG),
+        lambda e: any_gpu(e) or any_nic(e) or bool(e.mounts),
+        description="the node's clock (compared with gpuctl's when the command ran)",
     ),
     Probe(
         "slurmd-conf",

@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import shutil
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,8 @@ class _Session:
             return _Running(text, rc)
         if tool == "uname":  # a real tool on lab nodes, not a stand-in
             return _Running("6.1.0-31-amd64\n")
+        if tool == "date":  # a real tool on lab nodes: the node's clock
+            return _Running(f"{time.time():.9f}\n")
         if tool == "df":  # a real tool on lab nodes: rows of a real lab node's df
             return _Running(*df_text(args[args.index("--") + 1 :], {}))
         handler = standin._HANDLERS.get(tool)

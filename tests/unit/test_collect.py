@@ -184,6 +184,8 @@ class Sim:
             return done(f"{faults.get('kernel', KERNEL)}\n")
         if tool == "slurmd" and args == ["-C"]:  # real Slurm on provisioned lab nodes
             return done(faults.get("slurmd") or slurmd_c(node))
+        if tool == "date" and args == ["-u", "+%s.%N"]:  # the node's clock: the test host's
+            return done(f"{time.time() + faults.get('clock_offset', 0.0):.9f}\n")
         if tool == "df":  # a real tool on lab nodes; a test gives a node its own rows ("df")
             return df_rows(args[args.index("--") + 1 :], faults.get("df", {}))
         if tool == "ib_write_bw":

@@ -37,6 +37,7 @@ from gpuctl.validation.capture import capture_output
 from gpuctl.validation.expect import ExpectedNic, expectations
 from gpuctl.validation.judges.base import ProbeOutput
 from gpuctl.validation.judges.counters import judge_ib_port_errors
+from gpuctl.validation.judges.node import judge_clock
 from gpuctl.validation.results import CheckResult, Verdict
 from gpuctl.validation.suite import judge_cluster
 
@@ -122,6 +123,18 @@ def _link_flaps(cluster: Cluster, tmp: Path) -> Results:
     return {NODE: judge_ib_port_errors(exp, outputs)}
 
 
+# GNU date on a lab node (tests/fixtures/node/), and the window in which gpuctl sent the
+# command and got the answer: the node's clock 2.5 s ahead, +/- 0.05 s
+CLOCK = "node/date-epoch-ns-debian13-lab-node.txt"
+
+
+def _clock(cluster: Cluster, tmp: Path) -> Results:
+    exp = expectations(cluster)[NODE]
+    epoch = float(_text(CLOCK))
+    output = ProbeOutput("clock", _text(CLOCK), ran=(epoch - 2.55, epoch - 2.45))
+    return {NODE: judge_clock(exp, {"clock": output})}
+
+
 def _judged(cluster: Cluster, tmp: Path, bundles: dict[str, NodeBundle]) -> Results:
     report = judge_cluster(cluster, bundles, charts=False)
     return {n.node: list(n.checks) for n in report.nodes}
@@ -203,6 +216,8 @@ CASES: tuple[Case, ...] = (
     Case("dram_correctable_max", "gpu.ecc.dram_correctable", 177, 176, _on("smi-q", REMAP)),
     # two link-downs during the run: within a maximum of 2 a warning, above 1 a failure
     Case("ib_link_flaps_max", "ib.port.errors", 2, 1, judge=_link_flaps, passing=Verdict.WARN),
+    # the node's clock 2.5 s (+/- 0.05) ahead of gpuctl's
+    Case("clock_offset_max_s", "node.clock", 2.6, 2.4, judge=_clock),
     # a list: Xid 13 is "monitor" in data/xid.yml; in xid_fatal it fails the node
     Case("xid_fatal", "xid", [48], [13], _on("xid", XID_13), passing=Verdict.WARN),
 )

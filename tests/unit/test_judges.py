@@ -321,9 +321,13 @@ def test_suite_on_a_bundle_directory(tmp_path: Path) -> None:
     assert ("gpu.count", Verdict.OK) in gpu001
     assert by["gpu001"].failed  # unknown fails closed
     # reachable, nothing GPU-related to judge; the /home every node must have (the example's
-    # validation.mounts) was not shown: UNKNOWN, which fails closed
+    # validation.mounts) and its clock were not shown: UNKNOWN, which fails closed
     login = {(r.check, r.verdict) for r in by["login01"].checks}
-    assert login == {("node.reachable", Verdict.OK), ("node.mount", Verdict.UNKNOWN)}
+    assert login == {
+        ("node.reachable", Verdict.OK),
+        ("node.mount", Verdict.UNKNOWN),
+        ("node.clock", Verdict.UNKNOWN),
+    }
     assert by["login01"].failed
 
 

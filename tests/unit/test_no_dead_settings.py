@@ -714,6 +714,19 @@ def _mount_verdicts(cluster: Cluster, tmp: Path) -> Any:
     return _verdicts(cluster, {exp.node: NodeBundle(exp.node, {"df": df})})
 
 
+def _clock_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """The clock judge on the first GPU node: GNU date on a lab node (tests/fixtures/node/)
+    2.5 s (+/- 0.05) ahead of the window gpuctl recorded."""
+    group = next((g for g in cluster.node_groups if g.gpus), None)
+    if group is None:
+        return None
+    node = group.node_names()[0]
+    date = _bundle("node/date-epoch-ns-debian13-lab-node.txt", "clock")
+    epoch = float(date.text or "0")
+    clock = ProbeOutput("clock", date.text, ran=(epoch - 2.55, epoch - 2.45))
+    return _verdicts(cluster, {node: NodeBundle(node, {"clock": clock})})
+
+
 def _multinode_threshold(cluster: Cluster, tmp: Path) -> Any:
     from gpuctl.validation.expect import expectations
     from gpuctl.validation.multinode import threshold_for
@@ -793,6 +806,7 @@ PROOFS: dict[str, Proof] = {
     **{p + "ib_link_flaps_max": _flap_verdicts for p in _TH},
     **{p + "ib_write_bw_gbps": _ib_verdicts for p in _TH},
     **{p + "nccl_multinode_busbw_gbs": _multinode_threshold for p in _TH},
+    **{p + "clock_offset_max_s": _clock_verdicts for p in _TH},
     **{
         f"{p}mounts[].{k}": _mount_verdicts
         for p in ("validation.", "node_groups[].validation.")
@@ -808,6 +822,7 @@ CANDIDATES.update(
         **{p + "fleet_relative_min": [0.999, 0.01] for p in _TH},
         **{p + "xid_fatal": [[13], [43]] for p in _TH},
         **{p + "ib_link_flaps_max": [1, 0] for p in _TH},
+        **{p + "clock_offset_max_s": [3.0, 2.0] for p in _TH},
         **{f"{p}mounts[].path": ["/scratch"] for p in ("validation.", "node_groups[].validation.")},
         **{f"{p}mounts[].fstype": ["xfs"] for p in ("validation.", "node_groups[].validation.")},
         "bmc.credentials.username_env": ["OTHER_USER"],

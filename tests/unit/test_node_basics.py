@@ -286,3 +286,83 @@ def test_a_missing_mount_point_fails_at_quick_and_the_node_check_level(
         load_cluster(cluster_yml), level="quick", out=tmp_path / "b", connector=FakeConnector(sim)
     )
     assert res.failed_nodes == ["gpu002"]
+
+
+# ------------------------------------------------------------------------------------------
+# The clock
+
+DATE = capture_output(FIX / "node/date-epoch-ns-debian13-lab-node.txt")  # 1796347663.305881209
+EPOCH = 1796347663.305881209
+
+
+def _clock(cluster_yml: Path, ran: tuple[float, float] | None, text: str = DATE) -> CheckResult:
+    from gpuctl.validation.judges.node import judge_clock
+
+    exp = expectations(load_cluster(cluster_yml))["gpu001"]
+    [result] = judge_clock(exp, {"clock": ProbeOutput("clock", text, ran=ran)})
+    return result
+
+
+def test_a_clock_within_a_second_of_gpuctls_passes(cluster_yml: Path) -> None:
+    ok = _clock(cluster_yml, (EPOCH - 0.3, EPOCH + 0.1))  # the node 0.1 s ahead, +/- 0.2
+    assert ok.verdict is Verdict.OK
+    assert (
+        ok.message == "clock +0.100 s from gpuctl's (+/- 0.200 s, half the round trip), within 1 s"
+    )
+    assert (ok.measured, ok.expected, ok.unit) == (0.1, 1.0, "s")
+
+
+def test_a_clock_off_by_more_than_the_limit_beyond_the_round_trip_fails(cluster_yml: Path) -> None:
+    behind = _clock(cluster_yml, (EPOCH + 30.0, EPOCH + 30.2))  # 30.1 s behind
+    assert behind.verdict is Verdict.FAIL
+    assert behind.message.startswith("clock -30.100 s from gpuctl's (+/- 0.100 s")
+    assert "more than 1 s off" in behind.message
+
+
+def test_a_round_trip_too_slow_to_tell_is_unknown(cluster_yml: Path) -> None:
+    # 0.9 s off, but the answer took 1 s: the node's time may be 1.4 s off or 0.4 s
+    slow = _clock(cluster_yml, (EPOCH - 1.4, EPOCH - 0.4))
+    assert slow.verdict is Verdict.UNKNOWN
+    assert "too slow to tell" in slow.message
+
+
+def test_no_recorded_window_or_no_gnu_date_is_unknown(cluster_yml: Path) -> None:
+    assert _clock(cluster_yml, None).verdict is Verdict.UNKNOWN
+    busybox = _clock(cluster_yml, (EPOCH, EPOCH), text="1796347663.N\n")
+    assert busybox.verdict is Verdict.UNKNOWN
+    assert "output not recognised" in busybox.message
+
+
+def test_the_collector_records_when_each_probe_ran(cluster_yml: Path, tmp_path: Path) -> None:
+    """meta.json keeps sent_at and received_at of every probe; a forged window (received before
+    sent, before 2020, not a number) is not believed: UNKNOWN, never OK."""
+    import json
+    import time
+
+    from gpuctl.validation.api import judge_bundle
+
+    before = time.time()
+    res = validate(
+        load_cluster(cluster_yml),
+        level="standard",
+        out=tmp_path / "b",
+        connector=FakeConnector(Sim()),
+    )
+    assert not res.failed
+    meta = json.loads((res.bundle / "gpu001" / "meta.json").read_text())
+    exp = expectations(load_cluster(cluster_yml))["gpu001"]
+    for kind in (p.kind for p in probes_for(exp, "standard")):  # its own probes (not the pairs)
+        info = meta["probes"][kind]
+        assert before <= info["sent_at"] <= info["received_at"] <= time.time(), kind
+    clock = meta["probes"]["clock"]
+    for forged in ({"sent_at": clock["received_at"] + 1}, {"sent_at": 1.0}, {"sent_at": "x"}):
+        meta["probes"]["clock"] = {**clock, **forged}
+        (res.bundle / "gpu001" / "meta.json").write_text(json.dumps(meta))
+        report = judge_bundle(load_cluster(cluster_yml), res.bundle)
+        gpu001 = next(n for n in report.report.nodes if n.node == "gpu001")
+        [found] = [c for c in gpu001.checks if c.check == "node.clock"]
+        assert found.verdict is Verdict.UNKNOWN, forged
+
+
+def test_a_node_whose_clock_is_off_fails_alone(cluster_yml: Path, tmp_path: Path) -> None:
+    fails_only(cluster_yml, tmp_path / "b", {"clock_offset": 90.0}, "node.clock", "standard")

@@ -134,3 +134,28 @@ def test_the_lab_fault_fails_exactly_that_node_on_nvlink_errors(
         load_cluster(cluster_yml), level="quick", out=tmp_path / "q", connector=FakeConnector(sim)
     )
     assert not quick.failed
+
+
+def test_crc_errors_at_dcgms_rate_or_faster_fail(cluster_yml: Path) -> None:
+    """With the times gpuctl recorded for both reads, CRC growth of 100 per second or more over
+    the longest the reads can be apart FAILs (DCGM's NVLink health watch); slower WARNs."""
+    exp = expectations(load_cluster(cluster_yml))["gpu001"]
+
+    def judged(grew: int) -> CheckResult:
+        outputs = {
+            START: ProbeOutput(START, FIRST, ran=(1_800_000_000.0, 1_800_000_000.5)),
+            END: ProbeOutput(
+                END, _raised(FIRST, 5, "CRC Errors", grew), ran=(1_800_000_009.5, 1_800_000_010.0)
+            ),
+        }
+        [found] = [r for r in judge_nvlink_errors(exp, outputs) if r.check == ERRORS]
+        return found
+
+    fast = judged(1001)  # 10 s apart at most: 1,000 is 100 per second
+    assert fast.verdict is Verdict.FAIL
+    assert fast.message == (
+        "grew during the GPU tests: link 5 CRC Errors +1001 (0 -> 1001), the most in 10.0 s "
+        "below DCGM's 100 per second: 1000"
+    )
+    assert judged(1000).verdict is Verdict.WARN
+    assert judged(40).verdict is Verdict.WARN

@@ -98,6 +98,14 @@ class Thresholds(StrictModel):
         description="Most link-down events (growth of LinkDownedCounter) per InfiniBand HCA "
         "port during one validation run (standard, long); more fail, up to it warn. Default 0.",
     )
+    clock_offset_max_s: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="Most a node's clock may differ from gpuctl's, seconds (`date` on the node "
+        "against the times gpuctl sent the command and got its answer; standard, long). "
+        "Default 1.",
+    )
 
 
 class Mount(StrictModel):

@@ -29,6 +29,7 @@ THRESHOLD_CHECKS: dict[str, tuple[str, ...]] = {
     "dram_correctable_max": ("gpu.ecc.dram_correctable",),
     "xid_fatal": ("xid",),
     "ib_link_flaps_max": ("ib.port.errors",),
+    "clock_offset_max_s": ("node.clock",),
 }
 
 # UNENFORCED_THRESHOLDS: keys the model has but no check reads yet (issue 18 adds their probes:

@@ -44,4 +44,5 @@ NODE_JUDGES: tuple[Judge, ...] = (
     consistency.judge_config_probes,
     node.judge_node_resources,
     node.judge_mounts,
+    node.judge_clock,
 )

@@ -37,6 +37,9 @@ class ProbeOutput:
     rc: int | None = 0
     timed_out: bool = False
     error: str | None = None  # could not run (unreachable, command missing, ...)
+    # gpuctl's clock (UTC seconds) when the command was sent and when its end came back
+    # (meta.json sent_at / received_at); None where not recorded or not believable
+    ran: tuple[float, float] | None = None
     _parsed: dict[str, ParseResult] = field(default_factory=dict, repr=False, compare=False)
 
     def parse_as(self, kind: str) -> ParseResult:

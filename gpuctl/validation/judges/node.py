@@ -15,13 +15,19 @@ NodeName line gpuctl wrote, and the file systems cluster.yml requires.
   jobs write to the root disk), when its type differs from ``fstype``, when fewer than
   ``min_free_gib`` GiB are free, and when df cannot stat it at all; UNKNOWN when df did not
   finish (a hung network file system keeps it waiting) or printed no row.
+- ``node.clock`` (``date -u +%s.%N``, standard and long): the node's clock against gpuctl's,
+  the collector having recorded when it sent the command and when the answer came back. The
+  node's time is compared with the middle of that window, which it lies within whatever the
+  network did, so half the window is the uncertainty: off by more than ``clock_offset_max_s``
+  (default 1 s, data/health.yml) beyond it FAIL, within it even at the window's edges OK, else
+  UNKNOWN (the round trip was too slow to tell). No recorded window: UNKNOWN.
 """
 
 from __future__ import annotations
 
 from gpuctl.validation.expect import ExpectedMount, NodeExpectation
 from gpuctl.validation.judges.base import Evidence, finding, node_judge, usable_parse
-from gpuctl.validation.parsers.node import DF, Filesystem, filesystems_of
+from gpuctl.validation.parsers.node import CLOCK, DF, Filesystem, filesystems_of
 from gpuctl.validation.parsers.slurm import SLURMD_CONF, SlurmdHardware, slurmd_hardware_of
 from gpuctl.validation.results import CheckResult, Verdict
 
@@ -30,6 +36,7 @@ SLURM_CONF_SOURCE = (
     "(SlurmdParameters=config_overrides, which gpuctl does not set)"
 )
 GIB = 1024**3
+DEFAULT_CLOCK_OFFSET_S = 1.0
 
 
 @node_judge(SLURMD_CONF)
@@ -178,3 +185,46 @@ def _mount(
             )
         return result(Verdict.OK, f"{want.path} mounted ({row.fstype}), {free}", **kw)
     return result(Verdict.OK, f"{want.path} mounted ({row.fstype})" + (f", {free}" if free else ""))
+
+
+@node_judge(CLOCK)
+def judge_clock(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
+    result, unknown = usable_parse(exp, evidence, [CLOCK], "node.clock")
+    if result is None or unknown:
+        return unknown
+    ran = evidence[CLOCK].ran
+    if ran is None:
+        return [
+            finding(exp, "node.clock", Verdict.UNKNOWN, "clock: no time recorded for when date ran")
+        ]
+    epoch = result.data.get("epoch")
+    if not isinstance(epoch, float):
+        return [finding(exp, "node.clock", Verdict.UNKNOWN, "clock: no time shown")]
+    sent, received = ran
+    half = (received - sent) / 2
+    offset = epoch - (sent + received) / 2
+    limit = float(exp.thresholds.get("clock_offset_max_s") or DEFAULT_CLOCK_OFFSET_S)
+    source = exp.sources.get("clock_offset_max_s")
+    said = f"clock {offset:+.3f} s from gpuctl's (+/- {half:.3f} s, half the round trip)"
+    kw = {"measured": round(offset, 3), "expected": limit, "unit": "s", "source": source}
+    if abs(offset) - half > limit:
+        return [
+            finding(
+                exp,
+                "node.clock",
+                Verdict.FAIL,
+                f"{said}: more than {limit:g} s off (munge, Slurm and the Xid window use it)",
+                **kw,
+            )
+        ]
+    if abs(offset) + half <= limit:
+        return [finding(exp, "node.clock", Verdict.OK, f"{said}, within {limit:g} s", **kw)]
+    return [
+        finding(
+            exp,
+            "node.clock",
+            Verdict.UNKNOWN,
+            f"{said}: the round trip was too slow to tell whether it is within {limit:g} s",
+            **kw,
+        )
+    ]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gpuctl.config.catalog import counter_rules
+from gpuctl.config.catalog import counter_rules, nvlink_crc_fail_per_second
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, listed_twice, node_judge, usable_parse
 from gpuctl.validation.judges.counters import growth, growth_results
@@ -75,6 +75,15 @@ def judge_nvlink_errors(exp: NodeExpectation, outputs: Outputs) -> list[CheckRes
     def key(gpu: NvlinkErrorsGpu) -> tuple[str, object]:
         return ("uuid", gpu.uuid) if gpu.uuid else ("index", gpu.index)
 
+    # CRC errors at DCGM's rate or faster FAIL: the most the reads can be apart bounds the rate
+    ran_first, ran_last = outputs[START].ran, outputs[END].ran
+    crc: dict[str, tuple[int, str]] = {}
+    if ran_first is not None and ran_last is not None and ran_last[1] > ran_first[0]:
+        apart = ran_last[1] - ran_first[0]
+        per_s = nvlink_crc_fail_per_second()
+        most = int(per_s * apart)
+        what = f"the most in {apart:.1f} s below DCGM's {per_s:g} per second:"
+        crc = {k: (most, what) for g in after.gpus for _, k in g.counts if "crc" in k}
     earlier = {key(g): g for g in before.gpus}
     compared = 0
     for gpu in after.gpus:
@@ -91,6 +100,7 @@ def judge_nvlink_errors(exp: NodeExpectation, outputs: Outputs) -> list[CheckRes
             rules,
             lambda k: k[1],
             lambda k: f"link {k[0]} {names.get(k[1], k[1])}",
+            crc,
         )
         compared += found.compared
         out += growth_results(exp, ERRORS, subject, found, "the GPU tests")

@@ -1,4 +1,7 @@
-"""Node basics that break jobs: the file systems a node must have (``df``).
+"""Node basics that break jobs: the file systems a node must have (``df``) and its clock
+(``clock``: ``date -u +%s.%N``, GNU date's seconds since the epoch with nanoseconds, one line;
+data ``{epoch}``, a float; anything else, BSD or busybox date's literal ``N`` included, is not
+recognised).
 
 One kind, ``df``: GNU df with the columns gpuctl asks for,
 ``df -B1 --output=file,target,fstype,size,avail -- PATH...``: per path asked for, the mount
@@ -27,6 +30,9 @@ from gpuctl.validation.numbers import to_int
 from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 DF = "df"
+CLOCK = "clock"
+# seconds since 1970 (9 to 11 digits: 2001 to 5138) and the nanoseconds GNU date prints
+_EPOCH = re.compile(r"\d{9,11}\.\d{9}")
 
 _BYTES = re.compile(r"\d{1,24}")
 
@@ -67,6 +73,17 @@ def parse_df(text: str) -> ParseResult:
     if not filesystems and problems:
         return unrecognised(DF, problems[0])
     return ParseResult(DF, True, {"filesystems": filesystems}, tuple(problems))
+
+
+@parser(CLOCK, description="date -u +%s.%N: the node's clock, seconds since the epoch")
+def parse_clock(text: str) -> ParseResult:
+    lines = [line.strip() for line in clean(text).split("\n") if line.strip()]
+    if len(lines) != 1 or not _EPOCH.fullmatch(lines[0]):
+        shown = lines[0][:60] if lines else ""
+        return unrecognised(
+            CLOCK, f"expected one line SECONDS.NANOSECONDS (GNU date), got {shown!r}"
+        )
+    return ParseResult(CLOCK, True, {"epoch": float(lines[0])}, ())
 
 
 @dataclass(frozen=True, slots=True)
