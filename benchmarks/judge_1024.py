@@ -59,6 +59,8 @@ GOOD = {
     "nvlink-errors.end": NVLINK_E,
 }
 PERFQUERY = "ib/counters/perfquery-x-rhel75-lid10-port1-all-zero.txt"
+# the node's clock (GNU date on a lab node) and the window gpuctl records around it
+CLOCK = "node/date-epoch-ns-debian13-lab-node.txt"
 PERFTEST = "perftest/ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt"
 FAULTY = {
     "xid": "kernel-xid/dmesg-iso-xid-48-63-94-dbe-row-remap.txt",
@@ -85,6 +87,9 @@ def make_bundle(nodes: int, directory: Path) -> str:
     faulty = {kind: body(rel) for kind, rel in FAULTY.items()}
     perf = body(PERFTEST)
     counters = body(PERFQUERY)
+    clock = body(CLOCK)
+    epoch = float(clock)
+    meta = {"probes": {"clock": {"sent_at": epoch - 0.02, "received_at": epoch + 0.02}}}
     names = [n for g in cluster.node_groups for n in g.node_names()]
     for i, name in enumerate(names):
         folder = directory / name
@@ -100,7 +105,8 @@ def make_bundle(nodes: int, directory: Path) -> str:
             (folder / f"perftest-{hca}.txt").write_text(perf, encoding="utf-8")
             for read in ("start", "end"):  # port counters, no growth: the same capture twice
                 (folder / f"perfquery.{read}.{hca}.txt").write_text(counters, encoding="utf-8")
-        (folder / "meta.json").write_text(json.dumps({"probes": {}}))
+        (folder / "clock.txt").write_text(clock, encoding="utf-8")
+        (folder / "meta.json").write_text(json.dumps(meta))
     return text
 
 
