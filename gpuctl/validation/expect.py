@@ -58,6 +58,8 @@ class NodeExpectation:
     mounts: tuple[ExpectedMount, ...] = ()
     # software.mft pinned: the NVIDIA Firmware Tools (mlxlink) are on the node's adapters' hosts
     mft: bool = False
+    # node_groups[].validation.hugepages: (default hugepage size in KiB, least number of them)
+    hugepages: tuple[int, int] | None = None
 
 
 def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
@@ -85,6 +87,7 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
             for dev in _expand(nic.devices)
         )
         compute = Role.COMPUTE in group.roles
+        huge = group.validation.hugepages
         cpu = group.cpu if compute else None
         mounts = {m.path: m for m in cluster.validation.mounts}
         mounts |= {m.path: m for m in group.validation.mounts}  # the group's entry wins
@@ -111,6 +114,7 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
                 else None,
                 slurm_memory_mb=group.memory_mb if compute else None,
                 mft=cluster.software.mft is not None and bool(nics),
+                hugepages=(huge.size_kib, huge.min_total) if huge else None,
                 mounts=tuple(
                     ExpectedMount(m.path, m.fstype, m.min_free_gib) for m in mounts.values()
                 ),

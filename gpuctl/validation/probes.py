@@ -263,6 +263,14 @@ PROBES: tuple[Probe, ...] = (
         description="the node's clock (compared with gpuctl's when the command ran)",
     ),
     Probe(
+        "meminfo",
+        ("cat", "/proc/meminfo"),
+        10,
+        _levels(STANDARD, LONG),
+        lambda e: e.hugepages is not None,  # where cluster.yml asks for a hugepage pool
+        description="the node's hugepage pool (HugePages_Total, Hugepagesize)",
+    ),
+    Probe(
         "slurmd-conf",
         ("slurmd", "-C"),
         30,

@@ -727,6 +727,22 @@ def _clock_verdicts(cluster: Cluster, tmp: Path) -> Any:
     return _verdicts(cluster, {node: NodeBundle(node, {"clock": clock})})
 
 
+def _hugepage_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """The hugepage judge on the first node that asks for a pool: /proc/meminfo of a real VM
+    (tests/fixtures/node/) with 4096 hugepages of 2048 kB reserved."""
+    from gpuctl.validation.expect import expectations
+
+    exp = next((e for e in expectations(cluster).values() if e.hugepages), None)
+    if exp is None:
+        return None
+    meminfo = _bundle(
+        "node/proc-meminfo-debian12-no-hugepages.txt",
+        "meminfo",
+        lambda t: re.sub(r"^HugePages_Total:\s+0$", "HugePages_Total:    4096", t, flags=re.M),
+    )
+    return _verdicts(cluster, {exp.node: NodeBundle(exp.node, {"meminfo": meminfo})})
+
+
 def _multinode_threshold(cluster: Cluster, tmp: Path) -> Any:
     from gpuctl.validation.expect import expectations
     from gpuctl.validation.multinode import threshold_for
@@ -808,6 +824,10 @@ PROOFS: dict[str, Proof] = {
     **{p + "nccl_multinode_busbw_gbs": _multinode_threshold for p in _TH},
     **{p + "clock_offset_max_s": _clock_verdicts for p in _TH},
     **{
+        f"node_groups[].validation.hugepages.{k}": _hugepage_verdicts
+        for k in ("size_kib", "min_total")
+    },
+    **{
         f"{p}mounts[].{k}": _mount_verdicts
         for p in ("validation.", "node_groups[].validation.")
         for k in ("path", "fstype", "min_free_gib")
@@ -823,6 +843,7 @@ CANDIDATES.update(
         **{p + "xid_fatal": [[13], [43]] for p in _TH},
         **{p + "ib_link_flaps_max": [1, 0] for p in _TH},
         **{p + "clock_offset_max_s": [3.0, 2.0] for p in _TH},
+        "node_groups[].validation.hugepages.min_total": [4097, 1],
         **{f"{p}mounts[].path": ["/scratch"] for p in ("validation.", "node_groups[].validation.")},
         **{f"{p}mounts[].fstype": ["xfs"] for p in ("validation.", "node_groups[].validation.")},
         "bmc.credentials.username_env": ["OTHER_USER"],

@@ -366,3 +366,70 @@ def test_the_collector_records_when_each_probe_ran(cluster_yml: Path, tmp_path: 
 
 def test_a_node_whose_clock_is_off_fails_alone(cluster_yml: Path, tmp_path: Path) -> None:
     fails_only(cluster_yml, tmp_path / "b", {"clock_offset": 90.0}, "node.clock", "standard")
+
+
+# ------------------------------------------------------------------------------------------
+# Hugepages
+
+MEMINFO = capture_output(FIX / "node/proc-meminfo-debian12-no-hugepages.txt")  # none, 2048 kB
+
+
+def _reserved(total: int, size: int = 2048) -> str:
+    import re
+
+    text = re.sub(r"^HugePages_Total:\s+0$", f"HugePages_Total:    {total}", MEMINFO, flags=re.M)
+    return re.sub(r"^Hugepagesize:\s+2048 kB$", f"Hugepagesize:    {size} kB", text, flags=re.M)
+
+
+def _hugepages(cluster_yml: Path, want: dict[str, int] | None, text: str) -> list[CheckResult]:
+    from gpuctl.validation.judges.node import judge_hugepages
+
+    def edit(doc: dict[str, Any]) -> None:
+        doc["node_groups"][1]["validation"]["hugepages"] = want
+
+    exp = expectations(_cluster(cluster_yml, edit))["gpu001"]
+    return judge_hugepages(exp, {"meminfo": ProbeOutput("meminfo", text)})
+
+
+def test_the_pool_asked_for_passes_and_a_smaller_or_other_one_fails(cluster_yml: Path) -> None:
+    [ok] = _hugepages(cluster_yml, {"size_kib": 2048, "min_total": 1024}, _reserved(1024))
+    assert (ok.verdict, ok.message) == (
+        Verdict.OK,
+        "1024 hugepages of 2048 kB reserved, 0 free, at least 1024 wanted",
+    )
+    [few] = _hugepages(cluster_yml, {"size_kib": 2048, "min_total": 1024}, MEMINFO)
+    assert (few.verdict, few.message) == (
+        Verdict.FAIL,
+        "0 hugepages of 2048 kB reserved, at least 1024 wanted",
+    )
+    [other] = _hugepages(cluster_yml, {"size_kib": 1048576, "min_total": 8}, _reserved(16))
+    assert other.verdict is Verdict.FAIL
+    assert (
+        other.message == "default hugepage size 2048 kB, cluster.yml wants 1048576 kB (16 reserved)"
+    )
+
+
+def test_meminfo_without_the_pool_or_that_is_not_meminfo_is_unknown(cluster_yml: Path) -> None:
+    want = {"size_kib": 2048, "min_total": 1}
+    cut = "\n".join(line for line in MEMINFO.splitlines() if "Huge" not in line)
+    [missing] = _hugepages(cluster_yml, want, cut)
+    assert missing.verdict is Verdict.UNKNOWN
+    [other] = _hugepages(cluster_yml, want, LAB_DF)
+    assert other.verdict is Verdict.UNKNOWN
+    assert "no MemTotal line" in other.message
+
+
+def test_meminfo_is_read_only_where_a_group_asks_for_hugepages(cluster_yml: Path) -> None:
+    exp = expectations(load_cluster(cluster_yml))["gpu001"]
+    assert exp.hugepages is None
+    assert not any(p.kind == "meminfo" for p in probes_for(exp, "standard"))
+
+    def edit(doc: dict[str, Any]) -> None:
+        doc["node_groups"][1]["validation"]["hugepages"] = {"min_total": 64}
+
+    exp = expectations(_cluster(cluster_yml, edit))["gpu001"]
+    assert exp.hugepages == (2048, 64)
+    assert [p.command(exp) for p in probes_for(exp, "standard") if p.kind == "meminfo"] == [
+        ("cat", "/proc/meminfo")
+    ]
+    assert not any(p.kind == "meminfo" for p in probes_for(exp, "quick"))

@@ -135,6 +135,16 @@ def _unique_mounts(mounts: list[Mount]) -> list[Mount]:
 Mounts = Annotated[list[Mount], AfterValidator(_unique_mounts)]
 
 
+class Hugepages(StrictModel):
+    """The hugepage pool the group's nodes must have reserved (`/proc/meminfo`, check
+    `node.hugepages`, standard and long): the default hugepage size and at least so many."""
+
+    size_kib: Literal[2048, 1048576] = Field(
+        2048, description="The default hugepage size (`Hugepagesize`), KiB: 2048 or 1048576."
+    )
+    min_total: int = Field(ge=1, description="Least hugepages of that size (`HugePages_Total`).")
+
+
 class GroupValidation(StrictModel):
     """Validation settings for one node group."""
 
@@ -146,6 +156,11 @@ class GroupValidation(StrictModel):
         default_factory=list,
         description="File systems this group's nodes must have, besides `validation.mounts` "
         "(an entry for the same path replaces the cluster-wide one).",
+    )
+    hugepages: Hugepages | None = Field(
+        None,
+        description="Hugepages the nodes must have reserved (by the operator's kernel command "
+        "line or sysctl; gpuctl does not set them); null = not checked.",
     )
 
 

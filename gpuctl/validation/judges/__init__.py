@@ -45,4 +45,5 @@ NODE_JUDGES: tuple[Judge, ...] = (
     node.judge_node_resources,
     node.judge_mounts,
     node.judge_clock,
+    node.judge_hugepages,
 )

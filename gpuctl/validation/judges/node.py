@@ -21,13 +21,16 @@ NodeName line gpuctl wrote, and the file systems cluster.yml requires.
   network did, so half the window is the uncertainty: off by more than ``clock_offset_max_s``
   (default 1 s, data/health.yml) beyond it FAIL, within it even at the window's edges OK, else
   UNKNOWN (the round trip was too slow to tell). No recorded window: UNKNOWN.
+- ``node.hugepages`` (``/proc/meminfo``, standard and long, where a node group asks for a
+  pool): a default hugepage size other than ``size_kib`` or fewer than ``min_total`` of them
+  FAIL (a job that maps hugepages then fails or falls back to normal pages); not shown UNKNOWN.
 """
 
 from __future__ import annotations
 
 from gpuctl.validation.expect import ExpectedMount, NodeExpectation
 from gpuctl.validation.judges.base import Evidence, finding, node_judge, usable_parse
-from gpuctl.validation.parsers.node import CLOCK, DF, Filesystem, filesystems_of
+from gpuctl.validation.parsers.node import CLOCK, DF, MEMINFO, Filesystem, filesystems_of
 from gpuctl.validation.parsers.slurm import SLURMD_CONF, SlurmdHardware, slurmd_hardware_of
 from gpuctl.validation.results import CheckResult, Verdict
 
@@ -225,6 +228,58 @@ def judge_clock(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
             "node.clock",
             Verdict.UNKNOWN,
             f"{said}: the round trip was too slow to tell whether it is within {limit:g} s",
+            **kw,
+        )
+    ]
+
+
+@node_judge(MEMINFO)
+def judge_hugepages(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
+    result, unknown = usable_parse(exp, evidence, [MEMINFO], "node.hugepages")
+    if result is None or unknown or exp.hugepages is None:
+        return unknown
+    size_kib, least = exp.hugepages
+    values = result.data.get("values") or {}
+    size, total = values.get("Hugepagesize"), values.get("HugePages_Total")
+    if not isinstance(size, int) or not isinstance(total, int):
+        return [
+            finding(
+                exp,
+                "node.hugepages",
+                Verdict.UNKNOWN,
+                "meminfo: no Hugepagesize or HugePages_Total",
+            )
+        ]
+    kw = {"measured": total, "expected": least}
+    if size != size_kib:
+        return [
+            finding(
+                exp,
+                "node.hugepages",
+                Verdict.FAIL,
+                f"default hugepage size {size} kB, cluster.yml wants {size_kib} kB "
+                f"({total} reserved)",
+                **kw,
+            )
+        ]
+    if total < least:
+        return [
+            finding(
+                exp,
+                "node.hugepages",
+                Verdict.FAIL,
+                f"{total} hugepages of {size} kB reserved, at least {least} wanted",
+                **kw,
+            )
+        ]
+    free = values.get("HugePages_Free")
+    shown = f", {free} free" if isinstance(free, int) else ""
+    return [
+        finding(
+            exp,
+            "node.hugepages",
+            Verdict.OK,
+            f"{total} hugepages of {size} kB reserved{shown}, at least {least} wanted",
             **kw,
         )
     ]

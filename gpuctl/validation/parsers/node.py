@@ -31,6 +31,9 @@ from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 DF = "df"
 CLOCK = "clock"
+MEMINFO = "meminfo"
+# /proc/meminfo: "Name:   <number>[ kB]" (fs/proc/meminfo.c); names may hold "(" ")" and "_"
+_MEMINFO = re.compile(r"([A-Za-z][A-Za-z0-9_()]{0,40}):\s+(\d{1,20})(?: kB)?")
 # seconds since 1970 (9 to 11 digits: 2001 to 5138) and the nanoseconds GNU date prints
 _EPOCH = re.compile(r"\d{9,11}\.\d{9}")
 
@@ -84,6 +87,23 @@ def parse_clock(text: str) -> ParseResult:
             CLOCK, f"expected one line SECONDS.NANOSECONDS (GNU date), got {shown!r}"
         )
     return ParseResult(CLOCK, True, {"epoch": float(lines[0])}, ())
+
+
+@parser(MEMINFO, description="/proc/meminfo: memory and the hugepage pool")
+def parse_meminfo(text: str) -> ParseResult:
+    values: dict[str, int] = {}
+    problems: list[str] = []
+    for line in clean(text).split("\n"):
+        if not line.strip():
+            continue
+        m = _MEMINFO.fullmatch(line.strip())
+        if m is None:
+            problems.append(f"not a meminfo line: {line.strip()[:80]!r}")
+            continue
+        values[m.group(1)] = int(m.group(2))
+    if "MemTotal" not in values:
+        return unrecognised(MEMINFO, "no MemTotal line: not /proc/meminfo")
+    return ParseResult(MEMINFO, True, {"values": values}, tuple(problems))
 
 
 @dataclass(frozen=True, slots=True)
