@@ -55,6 +55,13 @@ def to_count(text: str | None) -> int | None:
     return to_int(text)
 
 
+def count_of(value: Any, *, least: int = 0) -> int | None:
+    """A count a parser already read (an int, never a bool) of at least ``least``; else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+        return value
+    return None
+
+
 def to_int(text: str | None, *, hex_prefix: bool = False) -> int | None:
     """``"400"`` -> 400, ``"-8"`` -> -8 (``hex_prefix``: also ``"0x1f"`` -> 31); None for
     anything else, and for more than :data:`MAX_DIGITS` digits."""

@@ -397,8 +397,8 @@ def _plan(exp: NodeExpectation, lvl: str) -> list[Probe]:
 
 
 def _per_hca(probe: Probe, exp: NodeExpectation) -> list[Probe]:
-    """One copy of ``probe`` per InfiniBand HCA of the node: ``{hca}`` filled in, kind
-    ``<kind>.<hca>``."""
+    """One copy of ``probe`` per adapter of the node of the probe's ``nic_kinds`` (InfiniBand
+    by default): ``{hca}`` filled in, kind ``<kind>.<hca>``."""
     return [
         replace(
             probe,

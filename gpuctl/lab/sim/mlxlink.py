@@ -16,7 +16,7 @@ thousand times that before FEC, and error counts to match.
 
 from __future__ import annotations
 
-from .common import Faults, Hca, Profile
+from .common import Faults, Profile
 from .mft import MftError, running_hcas
 
 NONE = "15E-255"  # mlxlink's BER when no error was counted
@@ -55,11 +55,6 @@ def _uptime_minutes() -> float:
             return round(float(handle.read().split()[0]) / 60, 1)
     except (OSError, ValueError, IndexError):
         return 0.0
-
-
-def _ber(hca: Hca, faults: Faults) -> str | None:
-    value: str | None = (faults.get("ib_ber") or {}).get(hca.name)
-    return value
 
 
 def mlxlink(profile: Profile, faults: Faults, node: str, device: str) -> str:
@@ -122,7 +117,7 @@ def mlxlink(profile: Profile, faults: Faults, node: str, device: str) -> str:
             ("Identifier", _IDENTIFIERS.get(hca.max_rate, "OSFP")),
         ],
     )
-    bad = _ber(hca, faults)
+    bad: str | None = (faults.get("ib_ber") or {}).get(hca.name)
     corrected = bad or NONE
     raw = NONE if bad is None else f"{float(bad) * 1000:.0E}".replace("E-0", "E-")
     errors = 0 if bad is None else 1 + int(float(bad) * 1e12)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.validation.numbers import to_int
+from gpuctl.validation.numbers import count_of, to_int
 from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 DF = "df"
@@ -129,8 +129,8 @@ def filesystems_of(data: Mapping[str, Any]) -> list[Filesystem]:
                 file=row["file"],
                 target=_text(row.get("target")),
                 fstype=_text(row.get("fstype")),
-                size_bytes=_count(row.get("size_bytes")),
-                avail_bytes=_count(row.get("avail_bytes")),
+                size_bytes=count_of(row.get("size_bytes")),
+                avail_bytes=count_of(row.get("avail_bytes")),
             )
         )
     return out
@@ -138,7 +138,3 @@ def filesystems_of(data: Mapping[str, Any]) -> list[Filesystem]:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

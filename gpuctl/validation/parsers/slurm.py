@@ -33,7 +33,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.validation.numbers import looks_numeric, number, plausible, to_float, to_int
+from gpuctl.validation.numbers import (
+    count_of,
+    looks_numeric,
+    number,
+    plausible,
+    to_float,
+    to_int,
+)
 from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 SINFO = "sinfo"
@@ -568,10 +575,7 @@ def slurmd_hardware_of(data: Mapping[str, Any]) -> SlurmdHardware:
     node = node if isinstance(node, Mapping) else {}
 
     def count(key: str) -> int | None:
-        value = node.get(key)
-        return (
-            value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-        )
+        return count_of(node.get(key), least=1)
 
     per_board, boards = count("SocketsPerBoard"), count("Boards") or 1
     sockets = per_board * boards if per_board is not None else count("Sockets")
