@@ -3,11 +3,13 @@
 Run: .venv/bin/python benchmarks/judge_1024.py [--nodes N] [--jobs J]
 
 Each simulated node's outputs are real captures from tests/fixtures (HGX H100 `nvidia-smi -q`,
-`topo -m`, `nvlink -s`, NDR `ibstat`, nccl-tests, perftest, Fabric Manager status, kernel log),
-with faults on some nodes (a node whose kernel log has Xid 48/63/94, a node with an A100 NV12
-matrix, an unreachable node). Measures, in this process: loading the bundle, parsing and judging
-every node (all checks, fleet-relative judgement), and rendering results.json, JUnit XML, the
-Prometheus textfile and the HTML report. Budget: 10 s on a 2-core machine; target: half of it.
+`topo -m`, `nvlink -s`, NDR `ibstat`, nccl-tests all_reduce, all_gather, reduce_scatter and
+alltoall (sendrecv from the lab's stand-in: no whole real run was found), perftest, Fabric
+Manager status, kernel log), with faults on some nodes (a node whose kernel log has Xid
+48/63/94, a node with an A100 NV12 matrix, an unreachable node). Measures, in this process:
+loading the bundle, parsing and judging every node (all checks, fleet-relative judgement), and
+rendering results.json, JUnit XML, the Prometheus textfile and the HTML report. Budget: 10 s on
+a 2-core machine; target: half of it.
 
 Baseline, measured in the same run on the same files: reading every raw file of the bundle and
 JSON-decoding its meta.json files, then JSON-encoding and writing a results.json of the same
@@ -28,6 +30,8 @@ from pathlib import Path
 import yaml
 
 from gpuctl.config import load_cluster_text
+from gpuctl.lab.sim import perf as sim_perf
+from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.starter import starter
 from gpuctl.validation.capture import capture_output
 from gpuctl.validation.reports.html import render_html
@@ -54,6 +58,10 @@ GOOD = {
     "dcgm-diag": "dcgm/dcgmi-diag-r4-pass-blacklist-era.txt",
     "uname": "kernel/uname-r-firecracker-guest-6.18.txt",
     "slurmd-conf": "slurm/slurmd-C-p5-48xlarge-nodename-line.txt",
+    # the other collectives of the standard level (8x A100 runs)
+    "nccl.all_gather": "nccl-tests/all-gather-perf-a100-sxm4-40gb-8gpu-validation0.txt",
+    "nccl.reduce_scatter": "nccl-tests/reduce-scatter-perf-a100-sxm4-40gb-8gpu-validation0.txt",
+    "nccl.alltoall": "nccl-tests/alltoall-perf-a100-sxm4-40gb-8gpu-validation0.txt",
     # both reads of the NVLink error counters (no growth: the same capture twice)
     "nvlink-errors.start": NVLINK_E,
     "nvlink-errors.end": NVLINK_E,
@@ -80,10 +88,19 @@ def make_bundle(nodes: int, directory: Path) -> str:
     # as the slurmd -C capture (p5.48xlarge: 2 x 48 x 2 CPUs, 2047961 MiB)
     doc["node_groups"][1]["cpu"] = {"sockets": 2, "cores_per_socket": 48, "threads_per_core": 2}
     # the captured nccl/perftest runs are from smaller systems: hold them to their own floors
-    doc["validation"]["thresholds"] = {"nccl_all_reduce_busbw_gbs": 200, "ib_write_bw_gbps": 90}
+    doc["validation"]["thresholds"] = {
+        **{f"nccl_{c}_busbw_gbs": 200 for c in ("all_reduce", "all_gather", "reduce_scatter")},
+        **{f"nccl_{c}_busbw_gbs": 200 for c in ("alltoall", "sendrecv")},
+        "ib_write_bw_gbps": 90,
+    }
     text = yaml.safe_dump(doc, sort_keys=False)
     cluster = load_cluster_text(text, "bench")
     good = {kind: body(rel) for kind, rel in GOOD.items()}
+    # no whole real sendrecv_perf run was found (tests/fixtures/ADDED.md): the lab stand-in's
+    # output for an 8x A100 node, in nccl-tests 2.17.9's layout
+    good["nccl.sendrecv"] = sim_perf.nccl_perf(
+        sim_profiles.load("a100-hdr"), {}, "gpu001", sim_perf.NcclArgs(8, 8 << 30, 2, 8), "sendrecv"
+    )
     faulty = {kind: body(rel) for kind, rel in FAULTY.items()}
     perf = body(PERFTEST)
     counters = body(PERFQUERY)

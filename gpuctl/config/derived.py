@@ -15,7 +15,7 @@ from gpuctl.config.catalog import (
 )
 from gpuctl.config.facts import effective_interconnect, fabric_rate, has_nvswitch
 from gpuctl.config.model import Cluster, Fabric, NodeGroup, Thresholds
-from gpuctl.config.rules.settings import THRESHOLD_CHECKS
+from gpuctl.config.rules.settings import NCCL_BUSBW_KEYS, THRESHOLD_CHECKS
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +241,7 @@ def summarize(cluster: Cluster) -> ClusterSummary:
         f"node_groups[{gi}] ({g.name}): no {key} threshold for {g.gpu_model or 'this group'}; "
         "set one under validation.thresholds or the check judges fleet-relative only"
         for gi, g in enumerate(groups)
-        for key in ("nccl_all_reduce_busbw_gbs",)
+        for key in NCCL_BUSBW_KEYS
         if g.gpu_model is not None and g.gpus_per_node > 1 and g.thresholds[key].value is None
     ]
     return ClusterSummary(

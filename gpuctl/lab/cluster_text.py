@@ -11,6 +11,7 @@ import yaml
 from ClusterShell.NodeSet import NodeSet
 
 from gpuctl.config.catalog import gpu_spec
+from gpuctl.config.rules.settings import NCCL_BUSBW_KEYS
 from gpuctl.lab import repo, slurm_repo
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.lab.system import LabError, wheelhouse_dir
@@ -116,12 +117,16 @@ def _profile_group(
     count = int(gpus["count"])
     interconnect = "nvswitch" if gpus.get("nvswitch") else ("none" if count == 1 else "pcie-switch")
     group["gpus"] = {"model": hw["model"], "count": count, "interconnect": interconnect}
-    # a model the catalog has no NCCL floor for (L40S PCIe: no source): the threshold an operator
-    # sets from a healthy run, 90 % of the busbw this profile's nodes measure
-    expected = (hw.get("expected") or {}).get("nccl_all_reduce_busbw_gbs")
-    if expected and gpu_spec(hw["model"]).thresholds.get("nccl_all_reduce_busbw_gbs") is None:
-        floor = round(float(expected) * 0.9, 1)
-        group.setdefault("validation", {})["thresholds"] = {"nccl_all_reduce_busbw_gbs": floor}
+    # a collective the catalog has no NCCL floor for on this model (L40S PCIe, and most models'
+    # all_gather ... sendrecv: no source): the threshold an operator sets from a healthy run,
+    # 90 % of the busbw this profile's nodes measure
+    floors: dict[str, float] = {}
+    for key in NCCL_BUSBW_KEYS:
+        expected = (hw.get("expected") or {}).get(key)
+        if expected and gpu_spec(hw["model"]).thresholds.get(key) is None:
+            floors[key] = round(float(expected) * 0.9, 1)
+    if floors:
+        group.setdefault("validation", {})["thresholds"] = floors
     nics = hw.get("nics") or {}
     ports = [p["name"] for p in nics.get("ports") or []]
     if not ports:

@@ -15,15 +15,16 @@ an 8-GPU node are far lower.
 - ``quick`` (typically seconds; budget 4 min): GPU inventory and health (``nvidia-smi -q -x``),
   the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports,
   the required mounts (``df``).
-- ``standard`` (typically a few minutes; budget 36 min): quick, plus ``slurmd -C``, the error
-  counters' first reads, single-node nccl-tests all_reduce_perf over every GPU and
+- ``standard`` (typically a few minutes; budget 48 min): quick, plus ``slurmd -C``, the error
+  counters' first reads, single-node nccl-tests over every GPU (all_reduce_perf, then
+  all_gather_perf, reduce_scatter_perf, alltoall_perf and sendrecv_perf) and
   ``dcgmi diag -r 2``; then ib_write_bw between pairs of
   nodes, every HCA one after the other (``IB_WRITE_BW_TIMEOUT_S``: 60 s per HCA on the node,
   killed 10 s later, the channel given up 25 s after that; the server gets 15 s to start;
   typically 2-3 s), in one round for an even count of nodes and two for an odd one, plus retest
   rounds for failed pairs (a node alone in the run: with a partner outside --limit, else a
   loopback between its own HCAs, :mod:`gpuctl.validation.pairs`).
-- ``long`` (typically 30-60 min; budget 90 min): standard with ``dcgmi diag -r 3`` instead of
+- ``long`` (typically 30-60 min; budget 102 min): standard with ``dcgmi diag -r 3`` instead of
   ``-r 2``; then, once per node group, multi-node nccl-tests all_reduce_perf through Slurm
   (``srun`` on the controller, one rank per GPU) and, when that run is below its threshold,
   the locator's runs on subsets of the nodes (:mod:`gpuctl.validation.multinode`). Those are
@@ -46,7 +47,7 @@ QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.valu
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
 # stays below it (a unit test checks every example cluster).
-LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 2160, LONG: 5400}
+LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 2880, LONG: 6120}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,39 @@ def phases(plan: Sequence[T]) -> tuple[list[T], list[T], list[T], list[T]]:
         else:
             (heavy if probe.exclusive else light).append(item)
     return light, heavy, after_gpu, after_pairs
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One nccl-tests collective gpuctl runs on a node: its binary, the kind of its output, the
+    prefix of its checks (``<check>.busbw``, ``.wrong``, ``.errors``, ``.ranks``) and the
+    threshold key of its busbw floor."""
+
+    name: str
+    binary: str
+    kind: str
+    check: str
+    threshold: str
+
+
+def _collective(name: str) -> Collective:
+    return Collective(
+        name, f"{name}_perf", f"nccl.{name}", f"nccl.{name}", f"nccl_{name}_busbw_gbs"
+    )
+
+
+# all_reduce keeps the names it had before the others were added (kind and checks "nccl")
+NCCL_COLLECTIVES: tuple[Collective, ...] = (
+    Collective("all_reduce", "all_reduce_perf", "nccl", "nccl", "nccl_all_reduce_busbw_gbs"),
+    *(_collective(n) for n in ("all_gather", "reduce_scatter", "alltoall", "sendrecv")),
+)
+# a run of 8 B to 8 GiB takes well under a minute on an 8-GPU node (NCCL's set-up included)
+NCCL_COLLECTIVE_TIMEOUT_S = 180
+
+
+def collective(kind: str) -> Collective:
+    """The collective whose output is ``kind``."""
+    return next(c for c in NCCL_COLLECTIVES if c.kind == kind)
 
 
 def _levels(*names: str) -> frozenset[str]:
@@ -340,6 +374,23 @@ PROBES: tuple[Probe, ...] = (
         multi_gpu,
         exclusive=True,
         description="nccl-tests all_reduce over every GPU of the node: bus bandwidth, #wrong",
+    ),
+    # the other collectives training jobs run, each with its own busbw floor: all_gather and
+    # reduce_scatter (FSDP, ZeRO), alltoall (expert parallelism: every GPU pair's path, where
+    # one slow NVLink or NVSwitch port shows that a ring all_reduce hides), sendrecv (pipeline
+    # parallelism); the same sizes, one after the other
+    *(
+        Probe(
+            c.kind,
+            (c.binary, "-b", "8", "-e", "8G", "-f", "2", "-g", "{gpus}"),
+            NCCL_COLLECTIVE_TIMEOUT_S,
+            _levels(STANDARD, LONG),
+            multi_gpu,
+            exclusive=True,
+            description=f"nccl-tests {c.name} over every GPU of the node: bus bandwidth, #wrong",
+        )
+        for c in NCCL_COLLECTIVES
+        if c.kind != "nccl"
     ),
     Probe(
         "dcgm-diag",

@@ -133,7 +133,7 @@ def test_nvidia_smi_and_all_reduce_perf_parse(running: lab.UpResult) -> None:
     assert smi.data["driver_version"] == DRIVER
     assert len(smi.data["gpus"]) == 8
     current = ssh(running, "gpu001", "readlink /opt/nccl-tests/current; command -v all_reduce_perf")
-    assert current.stdout.split() == ["/opt/nccl-tests/2.14.1", "/usr/local/bin/all_reduce_perf"]
+    assert current.stdout.split() == ["/opt/nccl-tests/2.17.9", "/usr/local/bin/all_reduce_perf"]
     run = ssh(running, "gpu001", f"{CURRENT}/build/all_reduce_perf -b 8 -e 8G -f 2 -g 8")
     assert run.returncode == 0, run.stdout[-1000:] + run.stderr[-1000:]
     nccl = parse("nccl", run.stdout)

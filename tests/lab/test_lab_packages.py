@@ -30,7 +30,7 @@ APT = f"DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0 {LAB_APT
 # nccl-tests from the lab's git mirror, built as on a real node (the nccl role does the same)
 NCCL_TESTS_BUILD = (
     f"{APT} install --no-install-recommends libnccl-dev cuda-nvcc-12-8 git make && "
-    f"git clone -q --branch v2.14.1 {repo.git_url('nccl-tests')} /opt/nccl-tests && "
+    f"git clone -q --branch v2.17.9 {repo.git_url('nccl-tests')} /opt/nccl-tests && "
     "make -C /opt/nccl-tests CUDA_HOME=/usr/local/cuda-12.8 NCCL_HOME=/usr && "
     "ln -sf /opt/nccl-tests/build/all_reduce_perf /usr/local/bin/all_reduce_perf"
 )

@@ -31,6 +31,8 @@ from gpuctl.config.derived import summarize
 from gpuctl.config.model import Cluster, Thresholds
 from gpuctl.config.rules.settings import THRESHOLD_CHECKS, UNENFORCED_THRESHOLDS
 from gpuctl.errors import ConfigError
+from gpuctl.lab.sim import perf as sim_perf
+from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.validation import multinode
 from gpuctl.validation.bundle import META_FILE, MULTINODE_DIR, NodeBundle
 from gpuctl.validation.capture import capture_output
@@ -38,6 +40,7 @@ from gpuctl.validation.expect import ExpectedNic, expectations
 from gpuctl.validation.judges.base import ProbeOutput
 from gpuctl.validation.judges.counters import judge_ib_port_errors
 from gpuctl.validation.judges.node import judge_clock
+from gpuctl.validation.parsing import parse
 from gpuctl.validation.results import CheckResult, Verdict
 from gpuctl.validation.suite import judge_cluster
 
@@ -71,6 +74,23 @@ REMAP = "nvidia-smi/nvsmi-q-a100-ecc-remap-pending-xid63-elided.txt"  # pending 
 SRAM_UNC = "nvidia-smi/nvsmi-q-ecc-section-sram-uncorrectable-fragment.txt"  # SRAM unc. aggr. 5
 XID_13 = "kernel-xid/dmesg-decode-iso-xid-13-43-sm-exceptions.txt"  # Xid 13 and 43
 MULTINODE = "nccl-tests/all-reduce-perf-2node-p4de-a100-srun-prefix-table-only.txt"  # 78.33
+ALL_GATHER = "nccl-tests/all-gather-perf-a100-sxm4-40gb-8gpu-validation0.txt"  # 223.39
+REDUCE_SCATTER = "nccl-tests/reduce-scatter-perf-a100-sxm4-40gb-8gpu-validation0.txt"  # 231.52
+ALLTOALL = "nccl-tests/alltoall-perf-a100-sxm4-40gb-8gpu-validation0.txt"  # 224.31
+
+
+def _sendrecv(cluster: Cluster, tmp: Path) -> dict[str, NodeBundle]:
+    """No public capture of a whole sendrecv_perf run was found (the one real table,
+    tests/fixtures/nccl-tests/sendrecv-*, has no device list and stops at 1 GiB): the lab's
+    stand-in for an 8x A100 node, in nccl-tests v2.17.9's layout (tests/unit/
+    test_nccl_collectives.py checks it against that release's source and the real table)."""
+    return {NODE: NodeBundle(NODE, {"nccl.sendrecv": ProbeOutput("nccl.sendrecv", SENDRECV)})}
+
+
+SENDRECV = sim_perf.nccl_perf(
+    sim_profiles.load("a100-hdr"), {}, NODE, sim_perf.NcclArgs(8, 8 << 30, 2, 8), "sendrecv"
+)
+SENDRECV_BUSBW = float(parse("nccl", SENDRECV).data["rows"][-1]["out_of_place"]["busbw"])
 
 
 def _nccl_fleet(cluster: Cluster, tmp: Path) -> dict[str, NodeBundle]:
@@ -176,6 +196,34 @@ class Case:
 CASES: tuple[Case, ...] = (
     # minimums: the measurement is judged against a floor
     Case("nccl_all_reduce_busbw_gbs", "nccl.busbw", 235.0, 235.5, _on("nccl", NCCL_FAST)),
+    Case(
+        "nccl_all_gather_busbw_gbs",
+        "nccl.all_gather.busbw",
+        223.0,
+        223.5,
+        _on("nccl.all_gather", ALL_GATHER),
+    ),
+    Case(
+        "nccl_reduce_scatter_busbw_gbs",
+        "nccl.reduce_scatter.busbw",
+        231.0,
+        232.0,
+        _on("nccl.reduce_scatter", REDUCE_SCATTER),
+    ),
+    Case(
+        "nccl_alltoall_busbw_gbs",
+        "nccl.alltoall.busbw",
+        224.0,
+        224.5,
+        _on("nccl.alltoall", ALLTOALL),
+    ),
+    Case(
+        "nccl_sendrecv_busbw_gbs",
+        "nccl.sendrecv.busbw",
+        SENDRECV_BUSBW - 0.5,
+        SENDRECV_BUSBW + 0.5,
+        _sendrecv,
+    ),
     Case(
         "nccl_multinode_busbw_gbs",
         "nccl.multinode",

@@ -175,14 +175,14 @@ def test_daemons_ship_a_systemd_unit(
 def test_nccl_tests_git_repository(built: Path, tmp_path: Path) -> None:
     (spec,) = repo.load_git_specs()
     assert spec.name == "nccl-tests"
-    assert spec.tag == "v2.14.1"
+    assert spec.tag == "v2.17.9"
     assert repo.git_url("nccl-tests") == "http://198.18.0.1:8081/git/nccl-tests.git"
     bare = built / "git" / "nccl-tests.git"
     assert (bare / "info" / "refs").is_file()  # dumb HTTP: git update-server-info ran
-    assert "refs/tags/v2.14.1" in (bare / "info" / "refs").read_text()
+    assert "refs/tags/v2.17.9" in (bare / "info" / "refs").read_text()
     work = tmp_path / "nccl-tests"
     subprocess.run(
-        ["git", "clone", "-q", "--branch", "v2.14.1", str(bare), str(work)],
+        ["git", "clone", "-q", "--branch", "v2.17.9", str(bare), str(work)],
         check=True,
         capture_output=True,
     )

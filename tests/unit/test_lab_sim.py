@@ -358,7 +358,7 @@ def test_fault_names_and_errors() -> None:
         "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware", "no_reboot", "fw_update_fails",
-        "nvlink_errors", "ib_link_flaps", "ib_ber",
+        "nvlink_errors", "ib_link_flaps", "ib_ber", "nccl_collective_slow",
     }  # fmt: skip
     with pytest.raises(FaultError, match="unknown fault 'gpu_melted'"):
         apply({}, "gpu_melted", "1")
@@ -368,6 +368,9 @@ def test_fault_names_and_errors() -> None:
         ("gpu_lost", "x"),
         ("xid", "79"),
         ("nccl_slow", "1.5"),
+        ("nccl_collective_slow", "0.5"),
+        ("nccl_collective_slow", "broadcast:0.5"),
+        ("nccl_collective_slow", "alltoall:1.5"),
         ("nvlink_degraded", "1-1"),
         ("nvlink_errors", "3"),
         ("nvlink_errors", "3:18"),
@@ -672,6 +675,7 @@ def test_every_fault_is_tested() -> None:
         "nvlink_errors",  # tests/unit/test_nvlink_errors.py
         "ib_link_flaps",  # tests/unit/test_ib_port_errors.py
         "ib_ber",  # tests/unit/test_link_phy.py
+        "nccl_collective_slow",  # tests/unit/test_nccl_collectives.py
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware",
         # no_reboot acts in the lab's node supervisor, not in a tool's output: it is tested in

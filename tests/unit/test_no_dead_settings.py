@@ -626,6 +626,33 @@ def _nccl_verdicts(cluster: Cluster, tmp: Path) -> Any:
     return _verdicts(cluster, bundles)
 
 
+_COLLECTIVE_CAPTURES = {
+    "all_gather": "nccl-tests/all-gather-perf-a100-sxm4-40gb-8gpu-validation0.txt",
+    "reduce_scatter": "nccl-tests/reduce-scatter-perf-a100-sxm4-40gb-8gpu-validation0.txt",
+    "alltoall": "nccl-tests/alltoall-perf-a100-sxm4-40gb-8gpu-validation0.txt",
+}
+
+
+def _collective_verdicts(name: str) -> Any:
+    """One collective's nccl-tests output on the 8-GPU nodes: a real 8x A100 capture, or for
+    sendrecv (no whole real run was found) the lab stand-in's, as test_every_threshold.py."""
+
+    def verdicts(cluster: Cluster, tmp: Path) -> Any:
+        group = next((g for g in cluster.node_groups if g.gpus and g.gpus.count == 8), None)
+        if group is None:
+            return None
+        kind = f"nccl.{name}"
+        if name in _COLLECTIVE_CAPTURES:
+            output = _bundle(_COLLECTIVE_CAPTURES[name], kind)
+        else:
+            from test_every_threshold import SENDRECV
+
+            output = ProbeOutput(kind, SENDRECV)
+        return _verdicts(cluster, {n: NodeBundle(n, {kind: output}) for n in group.node_names()})
+
+    return verdicts
+
+
 def _ib_verdicts(cluster: Cluster, tmp: Path) -> Any:
     """ib_write_bw on every adapter of the first node with NICs, at the standard level."""
     bw = "perftest/ib-write-bw-roce-100g-rdma-cm-cpu-freq-warning-client.txt"
@@ -816,6 +843,11 @@ PROOFS: dict[str, Proof] = {
         )
     },
     **{p + "nccl_all_reduce_busbw_gbs": _nccl_verdicts for p in _TH},
+    **{
+        f"{p}nccl_{name}_busbw_gbs": _collective_verdicts(name)
+        for p in _TH
+        for name in ("all_gather", "reduce_scatter", "alltoall", "sendrecv")
+    },
     **{p + "fleet_relative_min": _nccl_verdicts for p in _TH},
     **{p + "remapped_rows_failure_max": _remap_failure_verdicts for p in _TH},
     **{p + "xid_fatal": _xid_verdicts for p in _TH},
@@ -837,6 +869,11 @@ PROOFS: dict[str, Proof] = {
 CANDIDATES.update(
     {
         **{p + "nccl_all_reduce_busbw_gbs": [1.0, 5000.0] for p in _TH},
+        **{
+            f"{p}nccl_{name}_busbw_gbs": [1.0, 5000.0]
+            for p in _TH
+            for name in ("all_gather", "reduce_scatter", "alltoall", "sendrecv")
+        },
         **{p + "ib_write_bw_gbps": [1.0, "100%"] for p in _TH},
         **{p + k: [0, 10] for p in _TH for k in ("sram_correctable_max", "dram_correctable_max")},
         **{p + "fleet_relative_min": [0.999, 0.01] for p in _TH},

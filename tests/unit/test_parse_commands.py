@@ -56,8 +56,17 @@ def test_the_commands_the_issue_named_are_the_real_ones() -> None:
     commands = commands_by_kind()
     assert commands["xid"] == ["journalctl -t kernel -b --no-pager -o short-iso"]
     assert commands["dcgm-diag"] == ["dcgmi diag -r 2", "dcgmi diag -r 3"]
-    assert commands["nccl"][1].startswith("srun ")
-    assert commands["nccl"][1].endswith(_line(multinode.NCCL_ARGS))
+    # every collective on each node, then all_reduce across the nodes of a group
+    assert [c.split(" ", 1)[0] for c in commands["nccl"][:5]] == [
+        "all_reduce_perf",
+        "all_gather_perf",
+        "reduce_scatter_perf",
+        "alltoall_perf",
+        "sendrecv_perf",
+    ]
+    assert all(c.endswith(" -b 8 -e 8G -f 2 -g <gpus>") for c in commands["nccl"][:5])
+    assert commands["nccl"][5].startswith("srun ")
+    assert commands["nccl"][5].endswith(_line(multinode.NCCL_ARGS))
 
 
 def test_docs_parse_md_table_shows_the_listed_commands() -> None:

@@ -75,6 +75,8 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
     exp = _exps(ROOT / "inventories" / "hgx-h100-ndr.yml", "standard")["gpu001"]
     standard = _commands(exp, "standard")
     assert standard["nccl"] == "all_reduce_perf -b 8 -e 8G -f 2 -g 8"
+    assert standard["nccl.alltoall"] == "alltoall_perf -b 8 -e 8G -f 2 -g 8"
+    assert standard["nccl.sendrecv"] == "sendrecv_perf -b 8 -e 8G -f 2 -g 8"
     assert standard["dcgm-diag"] == "dcgmi diag -r 2"
     assert _commands(exp, "long")["dcgm-diag"] == "dcgmi diag -r 3"
     # the GPU-heavy probes run last, one at a time
@@ -83,8 +85,12 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
     assert len(hcas) == 8
     # the GPU tests, the second read of the NVLink counters after them, then the second reads
     # of the InfiniBand port counters (run after ib_write_bw between nodes)
-    assert order[-11:] == [
+    assert order[-15:] == [
         "nccl",
+        "nccl.all_gather",
+        "nccl.reduce_scatter",
+        "nccl.alltoall",
+        "nccl.sendrecv",
         "dcgm-diag",
         "nvlink-errors.end",
         *(f"perfquery.end.{hca}" for hca in hcas),

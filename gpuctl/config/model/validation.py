@@ -35,6 +35,18 @@ class Thresholds(StrictModel):
     nccl_all_reduce_busbw_gbs: float | None = Field(
         None, gt=0, description="Minimum single-node all_reduce bus bandwidth, GB/s."
     )
+    nccl_all_gather_busbw_gbs: float | None = Field(
+        None, gt=0, description="Minimum single-node all_gather bus bandwidth, GB/s."
+    )
+    nccl_reduce_scatter_busbw_gbs: float | None = Field(
+        None, gt=0, description="Minimum single-node reduce_scatter bus bandwidth, GB/s."
+    )
+    nccl_alltoall_busbw_gbs: float | None = Field(
+        None, gt=0, description="Minimum single-node alltoall bus bandwidth, GB/s."
+    )
+    nccl_sendrecv_busbw_gbs: float | None = Field(
+        None, gt=0, description="Minimum single-node sendrecv bus bandwidth, GB/s."
+    )
     nccl_multinode_busbw_gbs: float | None = Field(
         None, gt=0, description="Minimum multi-node all_reduce bus bandwidth, GB/s."
     )

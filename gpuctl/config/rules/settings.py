@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 # across a measured value and sees the verdict of these checks flip.
 THRESHOLD_CHECKS: dict[str, tuple[str, ...]] = {
     "nccl_all_reduce_busbw_gbs": ("nccl.busbw",),
+    "nccl_all_gather_busbw_gbs": ("nccl.all_gather.busbw",),
+    "nccl_reduce_scatter_busbw_gbs": ("nccl.reduce_scatter.busbw",),
+    "nccl_alltoall_busbw_gbs": ("nccl.alltoall.busbw",),
+    "nccl_sendrecv_busbw_gbs": ("nccl.sendrecv.busbw",),
     "nccl_multinode_busbw_gbs": ("nccl.multinode",),
     "ib_write_bw_gbps": ("ib.write_bw",),
     "fleet_relative_min": ("nccl.busbw.fleet", "ib.write_bw.fleet"),
@@ -31,6 +35,16 @@ THRESHOLD_CHECKS: dict[str, tuple[str, ...]] = {
     "ib_link_flaps_max": ("ib.port.errors",),
     "clock_offset_max_s": ("node.clock",),
 }
+
+# The single-node nccl-tests busbw floors, one per collective gpuctl runs (the probe table,
+# gpuctl/validation/probes.py NCCL_COLLECTIVES): `gpuctl check` warns where one has no value.
+NCCL_BUSBW_KEYS = (
+    "nccl_all_reduce_busbw_gbs",
+    "nccl_all_gather_busbw_gbs",
+    "nccl_reduce_scatter_busbw_gbs",
+    "nccl_alltoall_busbw_gbs",
+    "nccl_sendrecv_busbw_gbs",
+)
 
 # UNENFORCED_THRESHOLDS: keys the model has but no check reads yet (issue 18 adds their probes:
 # ib_write_lat, PCIe copy bandwidth). A set value is refused, in

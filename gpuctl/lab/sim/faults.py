@@ -157,6 +157,22 @@ def _ib_rate(text: str) -> dict[str, int]:
     return result
 
 
+_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
+
+
+def _collective_slow(text: str) -> dict[str, float]:
+    result: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, factor = part.strip().partition(":")
+        if not sep or name not in _COLLECTIVES:
+            raise FaultError(
+                "nccl_collective_slow: expected COLLECTIVE:FACTOR such as alltoall:0.5 "
+                f"(COLLECTIVE one of {', '.join(_COLLECTIVES)}), got {part!r}"
+            )
+        result[name] = _factor(factor, "nccl_collective_slow")
+    return result
+
+
 def _wrong(text: str) -> int:
     return _int(text or "1", "nccl_wrong count", 1, 1 << 40)
 
@@ -233,6 +249,13 @@ SPECS: dict[str, FaultSpec] = {
         ),
         FaultSpec(
             "nccl_slow", "FACTOR", "NCCL busbw times FACTOR", lambda v: _factor(v, "nccl_slow")
+        ),
+        FaultSpec(
+            "nccl_collective_slow",
+            "COLLECTIVE:FACTOR",
+            "one nccl-tests collective's busbw times FACTOR",
+            _collective_slow,
+            True,
         ),
         FaultSpec("nccl_wrong", "[COUNT]", "NCCL results with wrong elements", _wrong),
         FaultSpec("fabricmanager_failed", "", "nvidia-fabricmanager not running", _flag),

@@ -59,15 +59,53 @@ class NcclArgs:
 _TYPE_SIZE = {"int8": 1, "uint8": 1, "half": 2, "bfloat16": 2, "float": 4, "int32": 4, "double": 8}
 
 
-def _fmt_time(value: float) -> str:
-    """nccl-tests prints the time in 7 characters: fewer decimals as it grows."""
-    if value < 10_000:
-        return f"{value:7.2f}"
-    return f"{value:7.1f}" if value < 100_000 else f"{value:7.0f}"
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """How nccl-tests v2.17.9 sizes, names and scores one collective (src/<name>.cu:
+    GetCollByteCount, GetBw, the op name RunTest passes to TimeTest)."""
+
+    name: str
+    op: str | None  # the redop column; None: the -o option (all_reduce, reduce_scatter, sendrecv)
+    split: bool  # each rank's share is count / ranks, rounded down to 16 bytes
+    bus: str  # "allreduce": 2(n-1)/n, "nm1": (n-1)/n, "one": 1
+    in_place_checked: bool = True  # sendrecv does not check its in-place results ("N/A")
+
+
+COLLECTIVES: dict[str, Collective] = {
+    c.name: c
+    for c in (
+        Collective("all_reduce", None, False, "allreduce"),
+        Collective("all_gather", "none", True, "nm1"),
+        Collective("reduce_scatter", None, True, "nm1"),
+        Collective("alltoall", "none", True, "nm1"),
+        Collective("sendrecv", None, False, "one", in_place_checked=False),
+    )
+}
+
+
+def bus_factor(coll: Collective, n: int) -> float:
+    if coll.bus == "allreduce":
+        return 2.0 * (n - 1) / n
+    return (n - 1) / n if coll.bus == "nm1" else 1.0
+
+
+def target_busbw(profile: Profile, faults: Faults, name: str) -> float:
+    """The busbw at 8 GiB a node of ``profile`` reaches in ``name`` with these faults."""
+    expected = profile["expected"]
+    value = float(expected.get(f"nccl_{name}_busbw_gbs") or expected["nccl_all_reduce_busbw_gbs"])
+    slow = faults.get("nccl_collective_slow") or {}
+    return value * nccl_factor(profile, faults) * float(slow.get(name, 1.0))
 
 
 def all_reduce_perf(profile: Profile, faults: Faults, node: str, args: NcclArgs) -> str:
-    """The output of a single-node run; raises ToolFailure as nccl-tests fails."""
+    """The output of a single-node all_reduce_perf run; raises ToolFailure as nccl-tests
+    fails."""
+    return nccl_perf(profile, faults, node, args, "all_reduce")
+
+
+def nccl_perf(profile: Profile, faults: Faults, node: str, args: NcclArgs, collective: str) -> str:
+    """The output of a single-node run of ``<collective>_perf``; raises ToolFailure as
+    nccl-tests fails."""
     gpus = visible_gpus(profile, faults, node)
     pid = 10_000 + digest(node, "pid") % 50_000
     if args.gpus > len(gpus):
@@ -81,16 +119,16 @@ def all_reduce_perf(profile: Profile, faults: Faults, node: str, args: NcclArgs)
             f" .. {node} pid {pid}: Test failure common.cu:891\n"
         )
     n = args.gpus
-    target = float(profile["expected"]["nccl_all_reduce_busbw_gbs"]) * nccl_factor(profile, faults)
+    target = target_busbw(profile, faults, collective)
     ranks = []
     for rank, gpu in enumerate(gpus[:n]):
-        busid = gpu.bus_id[4:].removesuffix(".0")  # 0000:18:00
+        busid = gpu.bus_id[4:].removesuffix(".0").lower()  # %04x:%02x:%02x: 0000:18:00
         ranks.append(
             f"#  Rank {rank:>2} Group  0 Pid {pid:>6} on {node:>10} device {rank:>2} "
             f"[{busid}] {gpu.name}"
         )
     wrong = int(faults.get("nccl_wrong") or 0)
-    return _render(args, n, target, node, ranks, wrong)
+    return _render(args, n, target, node, ranks, wrong, coll=COLLECTIVES[collective])
 
 
 def all_reduce_perf_ranks(args: NcclArgs, states: list[dict[str, Any]], per_node: int) -> str:
@@ -129,19 +167,23 @@ def _render(
     ranks: list[str],
     wrong: int,
     latency_us: float = LATENCY_US,
+    coll: Collective = COLLECTIVES["all_reduce"],
 ) -> str:
-    """nccl-tests' output for ``n`` ranks whose busbw at 8 GiB is ``target`` GB/s."""
-    bus_factor = 2.0 * (n - 1) / n
+    """nccl-tests v2.17.9's output of ``coll`` on ``n`` ranks whose busbw at 8 GiB is
+    ``target`` GB/s (src/util.cu: writeDeviceReport, writeResultHeader, the benchmark lines,
+    writeResultFooter)."""
+    factor = bus_factor(coll, n)
     # peak algbw (GB/s = bytes/ns) chosen so that busbw at 8 GiB is exactly the target
-    if bus_factor and target > 0:
-        alg_at_8g = target / bus_factor
+    if factor and target > 0:
+        alg_at_8g = target / factor
         peak = GIB8 / (GIB8 / alg_at_8g - latency_us * 1e3)
     else:
         peak = 900.0  # one GPU: a device-local copy
+    program = f"{coll.name}_perf"
     lines = [
         f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={NCCL_CODE} "
         f"nccl-library={NCCL_CODE}",
-        "# Collective test starting: all_reduce_perf",
+        f"# Collective test starting: {program}",
         f"# nThread 1 nGpus {args.gpus} minBytes {args.min_bytes} maxBytes {args.max_bytes} "
         f"step: {args.factor}(factor) warmup iters: {args.warmup} iters: {args.iters} "
         f"agg iters: 1 validation: {args.check} graph: 0",
@@ -149,38 +191,47 @@ def _render(
         "# Using devices",
         *ranks,
     ]
-    wrong_head = "#wrong" if args.check else " error"
     lines += [
         "#",
         "#                                                              out-of-place"
         "                       in-place          ",
         "#       size         count      type   redop    root     time   algbw   busbw"
-        f"  {wrong_head}     time   algbw   busbw  {wrong_head} ",
+        "  #wrong     time   algbw   busbw  #wrong ",
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
         "             (us)  (GB/s)  (GB/s)         ",
     ]
     elem = _TYPE_SIZE.get(args.dtype, 4)
-    size = max(args.min_bytes, elem)
-    size -= size % elem
+    op = coll.op or args.op
+    size = args.min_bytes
     total_bus = 0.0
     rows = 0
     wrong_total = 0
     while True:
         count = size // elem
+        if coll.split:  # count/nranks, rounded down to 16 bytes (16/eltSize elements)
+            param = (count // n) & -max(1, 16 // elem)
+            moved = param * n * elem
+        else:
+            param = count
+            moved = count * elem
         cells = []
         for place in ("out", "in"):
-            time_us = latency_us + size / (peak * 1e3)
+            time_us = latency_us + moved / (peak * 1e3)
             time_us *= 1.0 + (digest(seed, size, place) % 200 - 100) / 10_000.0
-            algbw = size / (time_us * 1e3)
-            busbw = algbw * bus_factor
+            algbw = moved / (time_us * 1e3)
+            busbw = algbw * factor
             if place == "out":
                 total_bus += busbw
-            bad = wrong if wrong and size >= (1 << 20) else 0
+            checked = args.check and (place == "out" or coll.in_place_checked)
+            bad = wrong if wrong and moved >= (1 << 20) and checked else 0
             wrong_total += bad
-            check = f"{bad:>6}" if args.check else "   N/A"
-            cells.append(f"  {_fmt_time(time_us)}  {algbw:6.2f}  {busbw:6.2f}  {check}")
+            check = f"{bad:>6g}" if checked else "   N/A"
+            cells.append(
+                f"  {_float_str(time_us, 7)}  {_float_str(algbw, 6)}  {_float_str(busbw, 6)}"
+                f"  {check}"
+            )
         lines.append(
-            f"{size:>12}  {count:>12}  {args.dtype:>8}  {args.op:>6}  {-1:>6}" + "".join(cells)
+            f"{moved:>12}  {param:>12}  {args.dtype:>8}  {op:>6}  {-1:>6}" + "".join(cells)
         )
         rows += 1
         following = size * args.factor
@@ -189,13 +240,29 @@ def _render(
         size = following
     avg = total_bus / rows if rows else 0.0
     lines += [
-        f"# Out of bounds values : {wrong_total} {'FAILED' if wrong_total else 'OK'}",
-        f"# Avg bus bandwidth    : {avg:.4f}",
+        f"# {'Out of bounds values':<20} : {wrong_total} {'FAILED' if wrong_total else 'OK'}",
+        f"# {'Avg bus bandwidth':<20} : {avg:g} ",
         "#",
-        "# Collective test concluded: all_reduce_perf",
+        f"# Collective test concluded: {program}",
         "",
     ]
     return "\n".join(lines)
+
+
+def _float_str(value: float, width: int) -> str:
+    """nccl-tests' getFloatStr (src/util.cu): two decimals while they fit in ``width``."""
+    power = 0
+    bound = 1
+    while value >= bound:
+        power += 1
+        bound *= 10
+    if power < width - 2:
+        return f"{value:{width}.2f}"
+    if power < width - 1:
+        return f"{value:{width}.1f}"
+    if power < width + 1:
+        return f"{value:{width}.0f}"
+    return f"{value:{width}.1e}" if width >= 7 else f"{value:{width}.0e}"
 
 
 def nccl_exit_status(faults: Faults) -> int:

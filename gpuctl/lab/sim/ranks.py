@@ -128,7 +128,7 @@ def node_state(profile: Profile, faults: Faults, node: str, needed: int) -> dict
     state: dict[str, Any] = {
         "node": node,
         "pid": pid,
-        "gpus": [{"busid": g.bus_id[4:].removesuffix(".0"), "name": g.name} for g in gpus],
+        "gpus": [{"busid": g.bus_id[4:].removesuffix(".0").lower(), "name": g.name} for g in gpus],
         "capacity": capacity(profile, faults, node),
         "wrong": int(faults.get("nccl_wrong") or 0),
         "error": None,

@@ -49,6 +49,10 @@ TOOLS = (
     "ibv_devinfo",
     "ibdev2netdev",
     "all_reduce_perf",
+    "all_gather_perf",
+    "reduce_scatter_perf",
+    "alltoall_perf",
+    "sendrecv_perf",
     "ib_write_bw",
     "ib_read_bw",
     "ib_send_bw",
@@ -425,7 +429,22 @@ _NCCL_USAGE = (
 )
 
 
+def _nccl_tool(collective: str) -> _Handler:
+    """The stand-in of ``<collective>_perf`` (nccl-tests: one option parser for every test)."""
+
+    def run(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+        return _nccl_perf(profile, faults, node, args, io, collective)
+
+    return run
+
+
 def _all_reduce_perf(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    return _nccl_perf(profile, faults, node, args, io, "all_reduce")
+
+
+def _nccl_perf(
+    profile: Profile, faults: Faults, node: str, args: list[str], io: _Out, collective: str
+) -> int:
     values: dict[str, Any] = {}
     i = 0
     while i < len(args):
@@ -435,7 +454,7 @@ def _all_reduce_perf(profile: Profile, faults: Faults, node: str, args: list[str
         if key is None or (not eq and i + 1 >= len(args)):
             if arg not in ("-h", "--help"):
                 io.err(f"invalid option '{arg}'\n")
-            io.out(_NCCL_USAGE)
+            io.out(_NCCL_USAGE.replace("all_reduce_perf", f"{collective}_perf"))
             return 0 if arg in ("-h", "--help") else 1
         if not eq:
             value, i = args[i + 1], i + 1
@@ -449,7 +468,7 @@ def _all_reduce_perf(profile: Profile, faults: Faults, node: str, args: list[str
                 values[key] = int(value)
         except ValueError:
             io.err(f"invalid value {value!r} for {name}\n")
-            io.out(_NCCL_USAGE)
+            io.out(_NCCL_USAGE.replace("all_reduce_perf", f"{collective}_perf"))
             return 1
     values.pop("threads", None)  # one thread: every GPU in this process
     if values.get("max_bytes", 1) < values.get("min_bytes", 0):
@@ -459,10 +478,13 @@ def _all_reduce_perf(profile: Profile, faults: Faults, node: str, args: list[str
     if "max_bytes" in values and "min_bytes" not in values:
         values["min_bytes"] = min(values["max_bytes"], 32 << 20)
     task = ranks.job(os.environ)
-    if task is not None:  # under srun with two or more tasks: see lab.sim.ranks
+    if task is not None and collective == "all_reduce":  # srun, 2+ tasks: see lab.sim.ranks
         return _all_reduce_ranks(profile, faults, node, perf.NcclArgs(**values), task, io)
+    if task is not None:
+        io.err(f"gpuctl-lab-sim: {collective}_perf across nodes is not simulated\n")
+        return 1
     try:
-        io.out(perf.all_reduce_perf(profile, faults, node, perf.NcclArgs(**values)))
+        io.out(perf.nccl_perf(profile, faults, node, perf.NcclArgs(**values), collective))
     except perf.ToolFailure as exc:
         io.out(exc.output)
         return exc.status
@@ -645,6 +667,10 @@ _HANDLERS: dict[str, _Handler] = {
     "ibv_devinfo": _ibv_devinfo,
     "ibdev2netdev": _ibdev2netdev,
     "all_reduce_perf": _all_reduce_perf,
+    "all_gather_perf": _nccl_tool("all_gather"),
+    "reduce_scatter_perf": _nccl_tool("reduce_scatter"),
+    "alltoall_perf": _nccl_tool("alltoall"),
+    "sendrecv_perf": _nccl_tool("sendrecv"),
     "ib_write_bw": _perftest("ib_write_bw"),
     "ib_read_bw": _perftest("ib_read_bw"),
     "ib_send_bw": _perftest("ib_send_bw"),

@@ -32,6 +32,7 @@ NODE_JUDGES: tuple[Judge, ...] = (
     gpus.judge_gpus,
     topology.judge_topology,
     nccl.judge_nccl,
+    nccl.judge_nccl_collectives,
     infiniband.judge_ib_ports,
     xid.judge_xid_in_window,
     fabric_manager.judge_fabric_manager,

@@ -1,10 +1,14 @@
-"""Single-node nccl-tests all_reduce_perf: errors, wrong results, ranks, bus bandwidth.
+"""Single-node nccl-tests: errors, wrong results, ranks, bus bandwidth, per collective.
 
-The busbw threshold is the bandwidth of a full-size run: every GPU of the node, up to the
-message size the threshold is defined at. data/gpu_models.yml records no size with its
-numbers, so that size is what the probe asks for (``-e`` of the ``nccl`` probe in
-:mod:`gpuctl.validation.probes`). A run on fewer GPUs, or one that stopped below that size
-(nccl-tests lowers -e to what fits in memory), is not judged against it: UNKNOWN, saying why.
+all_reduce_perf (checks ``nccl.busbw``, ``nccl.wrong``, ``nccl.errors``, ``nccl.ranks``) and
+all_gather_perf, reduce_scatter_perf, alltoall_perf and sendrecv_perf (the same checks under
+``nccl.<collective>.``), each against its own floor (``nccl_<collective>_busbw_gbs``). The
+busbw threshold is the bandwidth of a full-size run: every GPU of the node, up to the message
+size the threshold is defined at. data/gpu_models.yml records no size with its numbers, so
+that size is what the probe asks for (``-e`` of the probe in :mod:`gpuctl.validation.probes`).
+A run on fewer GPUs, one that stopped below that size (nccl-tests lowers -e to what fits in
+memory), or the output of another collective than the one asked for, is not judged against
+it: UNKNOWN, saying why.
 """
 
 from __future__ import annotations
@@ -23,20 +27,38 @@ from gpuctl.validation.plausible import (
     not_finite,
     show_number,
 )
-from gpuctl.validation.probes import option
+from gpuctl.validation.probes import NCCL_COLLECTIVES, Collective, collective, collects, option
 from gpuctl.validation.results import CheckResult, Verdict
 
+ALL_REDUCE = collective("nccl")
+OTHERS = tuple(c for c in NCCL_COLLECTIVES if c is not ALL_REDUCE)
 
-def threshold_size() -> int | None:
-    """The message size (bytes) the busbw threshold is defined at: the ``-e`` the nccl probe
-    passes to all_reduce_perf (8G = 8589934592 B)."""
-    size = option("nccl", "-e")
+
+def threshold_size(kind: str = "nccl") -> int | None:
+    """The message size (bytes) the busbw threshold of the collective whose output is ``kind``
+    is defined at: the ``-e`` its probe passes to nccl-tests (8G = 8589934592 B)."""
+    size = option(kind, "-e")
     return nccl_size(size) if size is not None else None
 
 
 @node_judge("nccl")
 def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
-    result, unknown = usable_parse(exp, outputs, ["nccl"], "nccl.busbw")
+    return _judge_run(exp, outputs, ALL_REDUCE)
+
+
+@node_judge(*(c.kind for c in OTHERS))
+def judge_nccl_collectives(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    """all_gather, reduce_scatter, alltoall and sendrecv, each where its probe runs."""
+    out: list[CheckResult] = []
+    for coll in OTHERS:
+        if collects(exp, coll.kind):
+            out += _judge_run(exp, outputs, coll)
+    return out
+
+
+def _judge_run(exp: NodeExpectation, outputs: Outputs, coll: Collective) -> list[CheckResult]:
+    busbw_check = f"{coll.check}.busbw"
+    result, unknown = usable_parse(exp, outputs, [coll.kind], busbw_check)
     if result is None:
         return unknown
     run = nccl_run_of(result.data)
@@ -46,7 +68,7 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         out.append(
             finding(
                 exp,
-                "nccl.errors",
+                f"{coll.check}.errors",
                 Verdict.FAIL,
                 f"nccl-tests reported {len(errors)} failure lines",
                 evidence=tuple(errors[:5]),
@@ -64,7 +86,7 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         out.append(
             finding(
                 exp,
-                "nccl.wrong",
+                f"{coll.check}.wrong",
                 Verdict.FAIL,
                 f"wrong results: {len(bad)} rows with #wrong > 0 or not a number, out of bounds "
                 f"{show_number(raw_oob)}",
@@ -74,20 +96,33 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         )
     elif rows and any(finite(w) is not None for _, _, w in wrong):
         out.append(
-            finding(exp, "nccl.wrong", Verdict.OK, "no wrong results", measured=0, expected=0)
+            finding(
+                exp, f"{coll.check}.wrong", Verdict.OK, "no wrong results", measured=0, expected=0
+            )
         )
-    out += _nccl_ranks(exp, run.ranks)
+    out += _nccl_ranks(exp, run.ranks, f"{coll.check}.ranks")
+    if run.test is not None and run.test != coll.binary:
+        out.append(
+            finding(
+                exp,
+                busbw_check,
+                Verdict.UNKNOWN,
+                f"the output is {run.test}'s, not {coll.binary}'s: not judged against the "
+                f"{coll.name} floor",
+            )
+        )
+        return out
     ceiling = busbw_ceiling(exp.gpu_model)
-    probe = outputs.get("nccl")
+    probe = outputs.get(coll.kind)
     lie = nccl_table_lie(run.table(), ceiling, probe.text if probe is not None else None)
     if lie is None and not rows:
-        out.append(finding(exp, "nccl.busbw", Verdict.UNKNOWN, "no bandwidth rows in the output"))
+        out.append(finding(exp, busbw_check, Verdict.UNKNOWN, "no bandwidth rows in the output"))
         return out
     if lie is not None:
         out.append(
             finding(
                 exp,
-                "nccl.busbw",
+                busbw_check,
                 Verdict.FAIL,
                 lie,
                 unit="GB/s",
@@ -96,7 +131,7 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
             )
         )
         return out
-    threshold = finite(exp.thresholds.get("nccl_all_reduce_busbw_gbs"))
+    threshold = finite(exp.thresholds.get(coll.threshold))
     largest = max(rows, key=lambda r: finite(r.size) or 0.0)
     busbw = finite(largest.out_of_place.busbw if largest.out_of_place is not None else None)
     size = largest.size
@@ -104,25 +139,28 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         out.append(
             finding(
                 exp,
-                "nccl.busbw",
+                busbw_check,
                 Verdict.UNKNOWN,
                 f"busbw {busbw} GB/s at {size} B, but no threshold is set for "
-                f"{exp.gpu_model}: set validation.thresholds.nccl_all_reduce_busbw_gbs",
+                f"{exp.gpu_model}: set validation.thresholds.{coll.threshold}",
                 measured=busbw,
                 unit="GB/s",
             )
         )
-    elif busbw is not None and (smaller := _smaller_than_asked(exp, run, size)) is not None:
+    elif (
+        busbw is not None
+        and (smaller := _smaller_than_asked(exp, run, size, coll.kind)) is not None
+    ):
         out.append(
             finding(
                 exp,
-                "nccl.busbw",
+                busbw_check,
                 Verdict.UNKNOWN,
                 f"busbw {busbw:g} GB/s at {size} B not judged against {threshold:g}: {smaller}",
                 measured=busbw,
                 expected=threshold,
                 unit="GB/s",
-                source=exp.sources.get("nccl_all_reduce_busbw_gbs"),
+                source=exp.sources.get(coll.threshold),
             )
         )
     elif busbw is not None:
@@ -130,19 +168,21 @@ def judge_nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
         out.append(
             finding(
                 exp,
-                "nccl.busbw",
+                busbw_check,
                 Verdict.OK if ok else Verdict.FAIL,
                 f"busbw {busbw:g} GB/s at {size} B " + (">=" if ok else "<") + f" {threshold:g}",
                 measured=busbw,
                 expected=threshold,
                 unit="GB/s",
-                source=exp.sources.get("nccl_all_reduce_busbw_gbs"),
+                source=exp.sources.get(coll.threshold),
             )
         )
     return out
 
 
-def _smaller_than_asked(exp: NodeExpectation, run: NcclRun, size: object) -> str | None:
+def _smaller_than_asked(
+    exp: NodeExpectation, run: NcclRun, size: object, kind: str = "nccl"
+) -> str | None:
     """Why the run is smaller than the one the threshold is defined for, or None."""
     used = run.gpus_used
     if used is None:
@@ -152,9 +192,11 @@ def _smaller_than_asked(exp: NodeExpectation, run: NcclRun, size: object) -> str
         )
     if used < exp.gpu_count:
         return f"ran on {used} of {exp.gpu_count} GPUs"
-    wanted = threshold_size()
+    wanted = threshold_size(kind)
     largest = finite(size)
-    if wanted is not None and (largest is None or largest < wanted):
+    # all_gather, reduce_scatter and alltoall round each rank's share down to 16 bytes
+    # (nccl-tests src/<collective>.cu GetCollByteCount): 6 GPUs reach 8 GiB less 32 B
+    if wanted is not None and (largest is None or largest <= wanted - 16 * used):
         return (
             f"the largest message measured is {size} B, below the {wanted} B the threshold "
             "is defined at (the probe's -e)"
@@ -162,7 +204,9 @@ def _smaller_than_asked(exp: NodeExpectation, run: NcclRun, size: object) -> str
     return None
 
 
-def _nccl_ranks(exp: NodeExpectation, ranks: Sequence[NcclRank]) -> list[CheckResult]:
+def _nccl_ranks(
+    exp: NodeExpectation, ranks: Sequence[NcclRank], check: str = "nccl.ranks"
+) -> list[CheckResult]:
     """nccl-tests cannot run on more GPUs of one host than it has."""
     per_host: dict[str, set[int | str]] = {}
     for i, rank in enumerate(ranks):
@@ -174,7 +218,7 @@ def _nccl_ranks(exp: NodeExpectation, ranks: Sequence[NcclRank]) -> list[CheckRe
             out.append(
                 finding(
                     exp,
-                    "nccl.ranks",
+                    check,
                     Verdict.FAIL,
                     f"nccl-tests used {len(devices)} GPUs on {host}; the node has "
                     f"{exp.gpu_count}: the output is not from this node",

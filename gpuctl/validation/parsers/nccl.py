@@ -181,6 +181,23 @@ def _is_first_layout(line: str) -> bool:
     return "bytes" in words and "N" in words and "res" in words
 
 
+def _add_row(data: dict[str, Any], row: dict[str, Any], line: str, refused: list[str]) -> None:
+    sides = (row["out_of_place"], row["in_place"])
+    # only the eight cells of the two halves can hold a refused number (a row whose size,
+    # count or root is not one is no row); look only where a cell gave no value
+    if any(
+        side["time_us"] is None
+        or side["algbw"] is None
+        or side["busbw"] is None
+        or (side["wrong"] is None and side["error"] is None)
+        for side in sides
+    ):
+        refused += _refused(line.split()[-8:])
+    data["rows"].append(row)
+    if any(isinstance(side["wrong"], int | float) and side["wrong"] > 0 for side in sides):
+        data["errors"].append(line)
+
+
 @parser(
     KIND,
     description="nccl-tests (all_reduce_perf, all_gather_perf, ...): per-size table and trailer",
@@ -220,6 +237,11 @@ def parse_nccl(text: str) -> ParseResult:
         line = _PREFIX.sub("", raw, count=1)
         stripped = line.strip()
         if not stripped:
+            continue
+        # a result row first: most lines are rows, and a row is nothing else (only numbers,
+        # a type and an op name: no failure text, no binary's name)
+        if stripped[0].isdigit() and (row := _row(stripped.split(), data["error_column"], time_ms)):
+            _add_row(data, row, stripped, refused)
             continue
         if mentioned_test is None and (m := _BINARY.search(stripped)) is not None:
             mentioned_test = m.group(1)
@@ -299,19 +321,8 @@ def parse_nccl(text: str) -> ParseResult:
             continue
         if _INFO.search(stripped):
             continue  # NCCL's debug lines (a host name may start with a digit)
-        if stripped[0].isdigit():
-            tokens = stripped.split()
-            row = _row(tokens, data["error_column"], time_ms)
-            if row is None:
-                bad_rows.append(stripped)
-                continue
-            refused += _refused(tokens)
-            data["rows"].append(row)
-            if any(
-                isinstance(side["wrong"], int | float) and side["wrong"] > 0
-                for side in (row["out_of_place"], row["in_place"])
-            ):
-                data["errors"].append(stripped)
+        if stripped[0].isdigit():  # not a row (tried first, above): a result line not read
+            bad_rows.append(stripped)
 
     data["test"] = named_test or mentioned_test
     recognised = bool(
@@ -419,6 +430,9 @@ class NcclRun:
     gpus_used: int | None = None
     # "NCCL version 2.16.2+cuda11.6" where the run prints it (NCCL_DEBUG=VERSION or INFO)
     nccl_version: str | None = None
+    # the binary the output names ("# Collective test starting: all_gather_perf", or a
+    # failure line), None where it names none
+    test: str | None = None
 
     @property
     def largest_size(self) -> int | float | None:
@@ -498,6 +512,7 @@ def nccl_run_of(data: Mapping[str, Any]) -> NcclRun:
         max_bytes=_max_bytes(data.get("params")),
         gpus_used=_gpus_used(data.get("ranks")),
         nccl_version=version if isinstance(version := data.get("nccl_version"), str) else None,
+        test=test if isinstance(test := data.get("test"), str) else None,
     )
 
 
