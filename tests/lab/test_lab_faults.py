@@ -49,7 +49,7 @@ NCCL = frozenset(
     | {
         f"nccl.{name}.{check}"
         for name in ("all_gather", "reduce_scatter", "alltoall", "sendrecv")
-        for check in ("busbw", "errors", "wrong")
+        for check in ("busbw", "busbw.fleet", "errors", "wrong")
     }
 )
 FABRIC = frozenset({"fabricmanager.active", "fabricmanager.version"})
@@ -122,6 +122,7 @@ CASES = [
         "nccl.alltoall.busbw",
         "< 324",
         level="standard",
+        also=frozenset({"nccl.alltoall.busbw.fleet"}),
     ),
     Case(
         "slow_node",

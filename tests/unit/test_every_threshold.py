@@ -31,6 +31,7 @@ from gpuctl.config.derived import summarize
 from gpuctl.config.model import Cluster, Thresholds
 from gpuctl.config.rules.settings import THRESHOLD_CHECKS, UNENFORCED_THRESHOLDS
 from gpuctl.errors import ConfigError
+from gpuctl.lab.sim import faults as sim_faults
 from gpuctl.lab.sim import perf as sim_perf
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.validation import multinode
@@ -91,6 +92,26 @@ SENDRECV = sim_perf.nccl_perf(
     sim_profiles.load("a100-hdr"), {}, NODE, sim_perf.NcclArgs(8, 8 << 30, 2, 8), "sendrecv"
 )
 SENDRECV_BUSBW = float(parse("nccl", SENDRECV).data["rows"][-1]["out_of_place"]["busbw"])
+
+
+def _collective_fleet(name: str) -> Callable[..., Any]:
+    """NODE's ``name`` run at 0.9 x its three peers' (the lab stand-in for 8x A100 nodes, with
+    the nccl_collective_slow fault on NODE: one real capture per collective is all there is)."""
+
+    def bundles(cluster: Cluster, tmp: Path) -> dict[str, NodeBundle]:
+        kind = f"nccl.{name}"
+        out = {}
+        for n in ("gpu001", "gpu002", "gpu003", "gpu004"):
+            faults = (
+                sim_faults.apply({}, "nccl_collective_slow", f"{name}:0.9") if n == NODE else {}
+            )
+            text = sim_perf.nccl_perf(
+                sim_profiles.load("a100-hdr"), faults, n, sim_perf.NcclArgs(8, 8 << 30, 2, 8), name
+            )
+            out[n] = NodeBundle(n, {kind: ProbeOutput(kind, text)})
+        return out
+
+    return bundles
 
 
 def _nccl_fleet(cluster: Cluster, tmp: Path) -> dict[str, NodeBundle]:
@@ -236,6 +257,10 @@ CASES: tuple[Case, ...] = (
     ),
     Case("ib_write_bw_gbps", "ib.write_bw", 92.0, 93.0, _ib_write_bw({NODE: BW_92})),
     Case("fleet_relative_min", "nccl.busbw.fleet", 0.98, 0.99, _nccl_fleet),
+    *(
+        Case("fleet_relative_min", f"nccl.{name}.busbw.fleet", 0.85, 0.95, _collective_fleet(name))
+        for name in ("all_gather", "reduce_scatter", "alltoall", "sendrecv")
+    ),
     Case(
         "fleet_relative_min",
         "ib.write_bw.fleet",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from helpers import ROOT
-from test_collect import FakeConnector, Sim, fails_only, fault
+from test_collect import FakeConnector, Sim, fault
 
 from gpuctl.config import load_cluster, load_cluster_text
 from gpuctl.config.catalog import gpu_spec
@@ -263,14 +263,20 @@ def test_a_healthy_standard_run_passes_every_collective(cluster_yml: Path, tmp_p
 
 
 def test_an_alltoall_slow_node_fails_alone_on_alltoall(cluster_yml: Path, tmp_path: Path) -> None:
-    report = fails_only(
-        cluster_yml,
-        tmp_path / "b",
-        fault("nccl_collective_slow", "alltoall:0.6"),
-        "nccl.alltoall.busbw",
-        "standard",
+    """Below the floor and far below its two peers: nccl.alltoall.busbw and its fleet check,
+    nothing else (all_reduce and the other collectives ran at full speed)."""
+    sim = Sim({"gpu002": fault("nccl_collective_slow", "alltoall:0.6")})
+    res = validate(
+        load_cluster(cluster_yml),
+        level="standard",
+        out=tmp_path / "b",
+        connector=FakeConnector(sim),
     )
-    node = next(n for n in report.nodes if n.node == "gpu002")
+    failed = {n.node: sorted({c.check for c in n.problems()}) for n in res.report.nodes if n.failed}
+    assert failed == {"gpu002": ["nccl.alltoall.busbw", "nccl.alltoall.busbw.fleet"]}
+    node = next(n for n in res.report.nodes if n.node == "gpu002")
     [bad] = [c for c in node.checks if c.check == "nccl.alltoall.busbw"]
     assert bad.message.endswith("< 324")  # H100's floor, from data/gpu_models.yml
     assert bad.source == "gpu model h100-sxm (data/gpu_models.yml)"
+    [fleet] = [c for c in node.checks if c.check == "nccl.alltoall.busbw.fleet"]
+    assert "is below 0.95 x median" in fleet.message

@@ -1,7 +1,8 @@
 """Fleet-relative: a node far below the median of its peers fails.
 
-Peers are like with like: a GPU figure (``nccl.busbw``) is compared within the node's group and
-GPU model, a network figure (``ib.write_bw``, per HCA) within the HCA's fabric and port rate.
+Peers are like with like: a GPU figure (``nccl.busbw``, ``nccl.<collective>.busbw``) is
+compared within the node's group and GPU model, a network figure (``ib.write_bw``, per HCA)
+within the HCA's fabric and port rate.
 A class with fewer than :data:`MIN_PEERS` measured nodes is not judged: each of its nodes gets
 one WARN, "not enough peers". Each node is held to its own group's ``fleet_relative_min``
 (data/health.yml, ``validation.thresholds``, ``node_groups[].validation.thresholds``).
@@ -23,7 +24,11 @@ MIN_PEERS = 3
 
 # The measurements judged against their peers, and what makes two nodes peers for each:
 # "gpu" = same node group and GPU model, "fabric" = the HCA's fabric and port rate.
-FLEET_CHECKS: dict[str, str] = {"nccl.busbw": "gpu", "ib.write_bw": "fabric"}
+FLEET_CHECKS: dict[str, str] = {
+    "nccl.busbw": "gpu",
+    **{f"nccl.{c}.busbw": "gpu" for c in ("all_gather", "reduce_scatter", "alltoall", "sendrecv")},
+    "ib.write_bw": "fabric",
+}
 
 THRESHOLD_KEY = "fleet_relative_min"
 
