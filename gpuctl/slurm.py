@@ -255,6 +255,9 @@ _LEVELS = ("quick", "standard", "long")
 _CHECK_ID = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*")
 _SPACE = re.compile(r"\s+")  # any white space, Unicode's too (NEL, U+2028, U+3000)
 _SCONTROL = re.compile(r"[\"'=\\]")  # what would confuse `scontrol update ... reason=...`
+# A family of checks in a reason whose ids do not fit one by one: "nccl.*" is every check
+# whose id starts with "nccl." (the ids of one probe family share their first part).
+_FAMILY = re.compile(r"[a-z][a-z0-9_]*\.\*")
 _SEP = "; "  # between the checks of a reason (never inside one: see _detail)
 _LEVEL_TAG = re.compile(r" \[(quick|standard|long)\]$")
 # the ending of gpuctl's reasons before they named every check: "(+2 more)" checks unnamed
@@ -320,7 +323,8 @@ def _size(text: str) -> int:
 def compose_reason(prefix: str, segments: Sequence[tuple[str, str]], level: str) -> str:
     """``<prefix> <check> <detail>; ... [<level>]`` in at most REASON_MAX_BYTES: every check
     id and the level are kept (details are shortened first); where even the ids do not fit,
-    the last part says how many checks are left out (such a reason is read as naming none:
+    the ids of one family by the family (``nccl.*``); where those do not fit either, the last
+    part says how many checks are left out (such a reason is read as naming none:
     :func:`reason_checks`)."""
     tag = f" [{level}]"
     ids = [check for check, _ in segments]
@@ -329,6 +333,12 @@ def compose_reason(prefix: str, segments: Sequence[tuple[str, str]], level: str)
         return full
     bare = f"{prefix} " + _SEP.join(ids) + tag
     if _size(bare) > REASON_MAX_BYTES:
+        # the checks of one family by the family ("nccl.*": every nccl check), which a run at
+        # the drain's level or above proves whole (check_standing)
+        ids = _families(ids)
+        bare = f"{prefix} " + _SEP.join(ids) + tag
+        if _size(bare) <= REASON_MAX_BYTES:
+            return bare
         kept: list[str] = []
         for check in ids:
             left = len(ids) - len(kept) - 1
@@ -342,6 +352,33 @@ def compose_reason(prefix: str, segments: Sequence[tuple[str, str]], level: str)
     share = (REASON_MAX_BYTES - _size(bare)) // max(1, len(segments)) - 1
     parts = [f"{c} {_fit(d, share) if share >= 8 else ''}".rstrip() for c, d in segments]
     return f"{prefix} " + _SEP.join(parts) + tag
+
+
+def _families(ids: Sequence[str]) -> list[str]:
+    """``ids`` with every first part that two or more of them share as one ``<part>.*``, at
+    the place of its first id; the others as they are."""
+    counts: dict[str, int] = {}
+    for check in ids:
+        counts[_family_of(check)] = counts.get(_family_of(check), 0) + 1
+    out: list[str] = []
+    for check in ids:
+        family = _family_of(check)
+        name = f"{family}.*" if counts[family] > 1 and "." in check else check
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _family_of(check: str) -> str:
+    return check.split(".", 1)[0]
+
+
+def covers(named: str, check: str) -> bool:
+    """Whether a check a reason names (an id, or a family ``<part>.*``) is ``check`` or holds
+    it."""
+    if named.endswith(".*"):
+        return check.startswith(named[:-1])
+    return named == check
 
 
 def drain_reason_for(node: NodeReport, prefix: str, level: str) -> str | None:
@@ -384,7 +421,7 @@ def read_reason(reason: str | None, prefix: str) -> ReasonRead | None:
     parts: list[tuple[str, str]] = []
     for segment in body.split(_SEP):
         check, _, detail = segment.strip().partition(" ")
-        if not _CHECK_ID.fullmatch(check):
+        if not (_CHECK_ID.fullmatch(check) or _FAMILY.fullmatch(check)):
             return None
         parts.append((check, detail))
     return ReasonRead(tuple(parts), level)
@@ -409,12 +446,14 @@ def check_standing(node: NodeReport, check: str, level: str, drained_at: str) ->
     for a check that goes deeper at higher levels, the run is at the level of the drain at
     least), or the run is at ``drained_at`` or above (it runs every probe the drain ran;
     checks that report only failures then passed by saying nothing)."""
-    verdicts = [c.verdict for c in node.checks if c.check == check]
+    verdicts = [c.verdict for c in node.checks if covers(check, c.check)]
     if any(v is Verdict.FAIL for v in verdicts):
         return "failed"
     if any(v not in _PASSING for v in verdicts):
         return "unknown"
-    deep = check.split(".", 1)[0] in _DEEPER_AT_HIGHER_LEVELS
+    # a family (``nccl.*``) names no list of checks: only a run at the drain's level runs
+    # every probe of it that the drain ran
+    deep = check.split(".", 1)[0] in _DEEPER_AT_HIGHER_LEVELS or bool(_FAMILY.fullmatch(check))
     if _rank(level) >= _rank(drained_at) or (verdicts and not deep):
         return None
     return "not run"
@@ -474,13 +513,15 @@ def merged_reason(
     if old is None:
         return None
     new = _segments(node.problems())
-    if {c for c, _ in new} <= set(old.checks):
+    if all(any(covers(o, c) for o in old.checks) for c, _ in new):
         return None
     drained_at = old.level or full_level
     named = {c for c, _ in new}
     parts = list(new)
     for check, detail in old.parts:
-        if check not in named and check_standing(node, check, level, drained_at) is not None:
+        if any(covers(check, c) for c in named):  # this run failed it (or one of its family)
+            continue
+        if check_standing(node, check, level, drained_at) is not None:
             parts.append((check, detail))
             named.add(check)
     higher = max(level, drained_at, key=_rank)

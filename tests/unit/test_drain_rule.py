@@ -85,13 +85,58 @@ def test_a_long_reason_keeps_every_check_id_within_slurms_limit() -> None:
     read = read_reason(reason, "gpuctl:")
     assert read is not None
     assert read.level == "quick"
-    # more checks than even their ids fit: the reason says so and names none (fail closed)
-    many = tuple(CheckResult(f"gpu.check{i:02}", NODE, Verdict.FAIL, "m") for i in range(30))
+    # more checks than even their families fit: the reason says so and names none (fail
+    # closed)
+    many = tuple(CheckResult(f"fam{i:02}.check", NODE, Verdict.FAIL, "m") for i in range(30))
     crowded = drain_reason_for(NodeReport(NODE, many), "gpuctl:", "quick")
     assert crowded is not None
     assert len(crowded.encode()) <= REASON_MAX_BYTES
     assert " more checks [quick]" in crowded
     assert reason_checks(crowded, "gpuctl:") is None
+
+
+# A node whose nccl-tests corrupt data fails busbw, errors and wrong of all five collectives:
+# 15 check ids, more than Slurm's 255 bytes hold with the others
+NCCL_CHECKS = tuple(
+    f"nccl.{c}{check}"
+    for c in ("", "all_gather.", "reduce_scatter.", "alltoall.", "sendrecv.")
+    for check in ("busbw", "errors", "wrong")
+)
+
+
+def _nccl_failures() -> list[CheckResult]:
+    return [CheckResult(c, NODE, Verdict.FAIL, "x" * 40) for c in NCCL_CHECKS]
+
+
+def test_checks_whose_ids_do_not_fit_are_named_by_their_family() -> None:
+    flaps = CheckResult("ib.port.errors", NODE, Verdict.FAIL, "port 1 LinkDownedCounter +2")
+    reason = drain_reason_for(NodeReport(NODE, (*_nccl_failures(), flaps)), "gpuctl:", "standard")
+    assert reason == "gpuctl: nccl.*; ib.port.errors [standard]"
+    assert reason_checks(reason, "gpuctl:") == ("nccl.*", "ib.port.errors")
+
+
+def test_a_family_resumes_only_at_the_level_of_the_drain_with_every_member_passing() -> None:
+    reason = "gpuctl: nccl.*; ib.port.errors [standard]"
+    passing = [_ok(c) for c in (*NCCL_CHECKS, "gpu.count")]
+    # quick runs no nccl-tests: that proves nothing of the family
+    [quick] = _plan("quick", [_ok("gpu.count"), _ok("ib.port.errors")], reason)
+    assert quick.detail == "kept drained: nccl.* not run at level quick"
+    [resumed] = _plan("standard", passing, reason)
+    assert (resumed.action, resumed.detail) == (
+        "resume",
+        "resume: nccl.*, ib.port.errors passed again",
+    )
+    # one member still failing keeps it drained (and its failure is one the reason holds)
+    slow = CheckResult("nccl.alltoall.busbw", NODE, Verdict.FAIL, "busbw 180 < 324")
+    [kept] = _plan("standard", [*passing[1:], slow], reason)
+    assert (kept.action, kept.detail) == ("none", "already drained by gpuctl")
+    # one member unknown: kept drained
+    unknown = CheckResult("nccl.sendrecv.busbw", NODE, Verdict.UNKNOWN, "timed out")
+    report = ValidationReport(
+        "lab", "standard", (NodeReport(NODE, (*passing, unknown), unknown_fails=False),)
+    )
+    [action] = validate_slurm.plan(report, {NODE: _record("IDLE+DRAIN", reason)})
+    assert (action.action, action.detail) == ("none", "kept drained: nccl.* unknown")
 
 
 def test_the_reason_reaches_scontrol_whole() -> None:
