@@ -7,10 +7,13 @@ output one after the other): the text is split into blocks, each starting at a t
 
 Data shape (docs/parse.md)::
 
-    test, role, bw_unit, time_unit, device, link_type, rows, errors, warnings, settings
+    test, role, bw_unit, time_unit, device, link_type, rows, errors, warnings, settings, cuda
         # those of the first block that has a result row (else of the first block)
     blocks: [{test, role, bw_unit, time_unit, device, link_type, rows, errors, warnings,
-              settings}]
+              settings, cuda}]
+
+    cuda: None, or where the buffer is in GPU memory (--use_cuda, --use_cuda_dmabuf):
+        {device, name, listed: [{index, pci}], buffer_bytes, dmabuf, integrated}
 
     rows (bandwidth): {bytes, iterations, bw_peak, bw_average, msg_rate} (+ sl, bw_port1,
         msg_rate_port1, bw_port2, msg_rate_port2, cpu_util when those columns are printed)
@@ -48,7 +51,7 @@ _COLUMN = re.compile(
 _UNIT = re.compile(r"\[([^\]]*)\]")
 _WARNING = re.compile(
     r"\bwarning\b|conflicting cpu frequency|cpu frequency is not max|requested mtu is higher|"
-    r"falling back|changing to this mtu|max msg size in ud|might be too big|"
+    r"falling back|changing to this mtu|changing to active mtu|max msg size in ud|might be too big|"
     r"current tx depth is|disabling|inline size set to",
     re.IGNORECASE,
 )
@@ -57,6 +60,25 @@ _ERROR = re.compile(
     r"cannot|can'?t|invalid|mismatch|timed out|timeout|segmentation fault|aborted|refused|"
     r"unreachable|\bfatal\b|syndrom|state is down|\bnot supported\b",
     re.IGNORECASE,
+)
+
+# What perftest built with CUDA prints before the test when a buffer is in GPU memory
+# (--use_cuda=N, --use_cuda_dmabuf; linux-rdma/perftest src/cuda_memory.c): which GPUs it sees,
+# which one it picked, the buffer it allocated there, DMA-BUF or nvidia-peermem registration
+_CUDA_LISTED = re.compile(r"^CUDA device (\d+): PCIe address is ([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})$")
+_CUDA_PICKED = re.compile(r"^Picking device No\. (\d+)$")
+_CUDA_NAME = re.compile(r"^\[pid = \d+, dev = (\d+)\] device name = \[(.*)\]$")
+_CUDA_ALLOC = re.compile(
+    r"^(?:cuMemAlloc\(\) of a (\d+) bytes GPU buffer"
+    r"|allocated GPU buffer of a (\d+) address at .*)$"
+)
+_CUDA_DMABUF = re.compile(r"^using DMA-BUF for GPU buffer|^Calling ibv_reg_dmabuf_mr\(")
+_CUDA_INTEGRATED = re.compile(r"^CUDA device integrated: ([0-9A-Fa-f]+)$")
+_CUDA_CHATTER = re.compile(
+    r"^(?:initializing CUDA|Listing all CUDA devices in system:|creating CUDA Ctx|"
+    r"making it the current CUDA Ctx|destroying current CUDA Ctx|"
+    r"There are \d+ devices supporting CUDA, picking first\.\.\.|"
+    r"allocated GPU buffer address at \S+ pointer=\S+|deallocating (?:RX )?GPU buffer \S+)$"
 )
 
 _BW_KEYS = ("bytes", "iterations", "bw_peak", "bw_average", "msg_rate")
@@ -112,6 +134,37 @@ class _Block:
     bad_rows: list[str] = field(default_factory=list)
     orphan_rows: int = 0
     peak_not_measured: int = 0
+    cuda: dict[str, Any] | None = None  # the GPU buffer's facts (a --use_cuda run), else None
+
+    def cuda_line(self, line: str) -> bool:
+        """Reads one of perftest's CUDA lines into :attr:`cuda`; False for any other line."""
+        facts: dict[str, Any] = {}
+        if m := _CUDA_LISTED.match(line):
+            listed = {"index": int(m.group(1)), "pci": m.group(2).lower()}
+            facts["listed"] = [*(self.cuda or {}).get("listed", []), listed]
+        elif m := _CUDA_PICKED.match(line):
+            facts["device"] = int(m.group(1))
+        elif m := _CUDA_NAME.match(line):
+            facts["device"] = int(m.group(1))
+            facts["name"] = m.group(2).strip() or None
+        elif m := _CUDA_ALLOC.match(line):
+            facts["buffer_bytes"] = number(m.group(1) or m.group(2))
+        elif _CUDA_DMABUF.match(line):
+            facts["dmabuf"] = True
+        elif m := _CUDA_INTEGRATED.match(line):
+            facts["integrated"] = m.group(1) != "0"
+        elif not _CUDA_CHATTER.match(line):
+            return False
+        base = self.cuda or {
+            "device": None,
+            "name": None,
+            "listed": [],
+            "buffer_bytes": None,
+            "dmabuf": False,
+            "integrated": None,
+        }
+        self.cuda = {**base, **facts}
+        return True
 
     def started(self) -> bool:
         return self.test is not None or bool(self.rows) or bool(self.columns)
@@ -174,6 +227,7 @@ class _Block:
             "errors": self.errors,
             "warnings": self.warnings,
             "settings": self.settings,
+            "cuda": self.cuda,
         }
 
     def problems(self) -> list[str]:
@@ -221,6 +275,8 @@ def _classify(block: _Block, line: str) -> None:
             block.row(tokens)
         else:
             block.orphan_rows += 1
+        return
+    if block.cuda_line(stripped):
         return
     kind, pairs = _line_kind(line) if len(line) <= _CACHED_LINE else _line_kind_uncached(line)
     if kind == "server":
@@ -285,6 +341,7 @@ def parse_perftest(text: str) -> ParseResult:
         "errors": [],
         "warnings": [],
         "settings": {},
+        "cuda": None,
         "blocks": [],
     }
     if not text.strip():
