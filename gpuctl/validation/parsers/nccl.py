@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.validation.numbers import looks_numeric, number, to_float, to_int
+from gpuctl.validation.numbers import looks_numeric, number, to_count, to_float, to_int
 from gpuctl.validation.parsing import ParseResult, clean, parser
 
 KIND = "nccl"
@@ -528,4 +528,5 @@ def nccl_size(text: str) -> int | None:
     """A size as nccl-tests reads its -b/-e options (``8``, ``128M``, ``8G``: K, M and G are
     powers of 1024, nccl-tests src/common.cu parsesize); None when it is not one."""
     m = re.fullmatch(r"(\d+)([KkMmGg]?)", text.strip())
-    return int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()] if m else None
+    count = to_count(m.group(1)) if m else None
+    return count * _SIZE_UNITS[m.group(2).upper()] if m and count is not None else None

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.validation.numbers import count_of, to_int
+from gpuctl.validation.numbers import count_of, to_count, to_float, to_int
 from gpuctl.validation.parsing import ParseResult, clean, parser, unrecognised
 
 DF = "df"
@@ -86,7 +86,10 @@ def parse_clock(text: str) -> ParseResult:
         return unrecognised(
             CLOCK, f"expected one line SECONDS.NANOSECONDS (GNU date), got {shown!r}"
         )
-    return ParseResult(CLOCK, True, {"epoch": float(lines[0])}, ())
+    epoch = to_float(lines[0])  # 18 to 20 digits (_EPOCH): always read
+    if epoch is None:
+        return unrecognised(CLOCK, f"not a number of seconds: {lines[0][:60]!r}")
+    return ParseResult(CLOCK, True, {"epoch": epoch}, ())
 
 
 @parser(MEMINFO, description="/proc/meminfo: memory and the hugepage pool")
@@ -100,7 +103,9 @@ def parse_meminfo(text: str) -> ParseResult:
         if m is None:
             problems.append(f"not a meminfo line: {line.strip()[:80]!r}")
             continue
-        values[m.group(1)] = int(m.group(2))
+        count = to_count(m.group(2))
+        if count is not None:  # at most 20 digits (_MEMINFO), so always
+            values[m.group(1)] = count
     if "MemTotal" not in values:
         return unrecognised(MEMINFO, "no MemTotal line: not /proc/meminfo")
     return ParseResult(MEMINFO, True, {"values": values}, tuple(problems))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from gpuctl.validation.numbers import looks_numeric, number
+from gpuctl.validation.numbers import looks_numeric, number, to_count
 from gpuctl.validation.parsing import ParseResult, clean, parser
 
 KIND = "perftest"
@@ -140,12 +140,12 @@ class _Block:
         """Reads one of perftest's CUDA lines into :attr:`cuda`; False for any other line."""
         facts: dict[str, Any] = {}
         if m := _CUDA_LISTED.match(line):
-            listed = {"index": int(m.group(1)), "pci": m.group(2).lower()}
+            listed = {"index": to_count(m.group(1)), "pci": m.group(2).lower()}
             facts["listed"] = [*(self.cuda or {}).get("listed", []), listed]
         elif m := _CUDA_PICKED.match(line):
-            facts["device"] = int(m.group(1))
+            facts["device"] = to_count(m.group(1))
         elif m := _CUDA_NAME.match(line):
-            facts["device"] = int(m.group(1))
+            facts["device"] = to_count(m.group(1))
             facts["name"] = m.group(2).strip() or None
         elif m := _CUDA_ALLOC.match(line):
             facts["buffer_bytes"] = number(m.group(1) or m.group(2))
