@@ -31,7 +31,10 @@ def commands_by_kind() -> dict[str, list[str]]:
 
     sources: dict[str, list[tuple[str, ...]]] = {}
     for probe in probes.PROBES:
-        argv = tuple(arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>") for arg in probe.argv)
+        argv = tuple(
+            arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
+            for arg in probe.argv
+        )
         sources.setdefault(probe.parser, []).append(argv)
     port = probes.IB_WRITE_BW_BASE_PORT
     sources.setdefault("perftest", []).extend(

@@ -339,7 +339,10 @@ def build_deb(spec: PackageSpec, out_dir: Path, src_root: Path) -> Path:
                 shutil.copyfile(src, dest)
                 os.chmod(dest, 0o644)
         for tool in spec.bin:
-            _write(root / "usr" / "bin" / tool, _wrapper(tool), 0o755)
+            # a name goes to /usr/bin; an absolute path (a tool a package keeps elsewhere,
+            # such as DCGM's nvbandwidth under /usr/libexec) to that path
+            where = root / tool.lstrip("/") if tool.startswith("/") else root / "usr" / "bin" / tool
+            _write(where, _wrapper(os.path.basename(tool)), 0o755)
         if spec.service:
             svc = spec.service
             runner = root / SIM_PREFIX.lstrip("/") / f"{svc.name}-service"

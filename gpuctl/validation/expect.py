@@ -60,12 +60,23 @@ class NodeExpectation:
     mft: bool = False
     # node_groups[].validation.hugepages: (default hugepage size in KiB, least number of them)
     hugepages: tuple[int, int] | None = None
+    # GPU nodes with DCGM 4 (which ships nvbandwidth): the CUDA major of its package
+    # (datacenter-gpu-manager-4-cuda<major>), where the probe finds nvbandwidth
+    nvbandwidth_cuda: str | None = None
+
+
+def nvbandwidth_cuda(dcgm_version: str, cuda_version: str) -> str | None:
+    """The CUDA major of the DCGM package that ships nvbandwidth (DCGM 4, the one the dcgm
+    role installs, built for software.cuda's major); None for a DCGM without it."""
+    dcgm_major, cuda_major = dcgm_version.split(".", 1)[0], cuda_version.split(".", 1)[0]
+    return cuda_major if dcgm_major == "4" and cuda_major.isdigit() else None
 
 
 def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
     fabrics = {f.name: f for f in cluster.fabrics}
     rdma = cluster.software.rdma
     doca_version = rdma.doca_version if rdma.stack is RdmaStack.DOCA_OFED else None
+    nvb_cuda = nvbandwidth_cuda(cluster.software.dcgm, cluster.software.cuda)
     out: dict[str, NodeExpectation] = {}
     for gi, group in enumerate(cluster.node_groups):
         th = effective_thresholds(cluster, group, gi)
@@ -115,6 +126,7 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
                 slurm_memory_mb=group.memory_mb if compute else None,
                 mft=cluster.software.mft is not None and bool(nics),
                 hugepages=(huge.size_kib, huge.min_total) if huge else None,
+                nvbandwidth_cuda=nvb_cuda if gpus else None,
                 mounts=tuple(
                     ExpectedMount(m.path, m.fstype, m.min_free_gib) for m in mounts.values()
                 ),

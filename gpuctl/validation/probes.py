@@ -15,16 +15,17 @@ an 8-GPU node are far lower.
 - ``quick`` (typically seconds; budget 4 min): GPU inventory and health (``nvidia-smi -q -x``),
   the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports,
   the required mounts (``df``).
-- ``standard`` (typically a few minutes; budget 48 min): quick, plus ``slurmd -C``, the error
+- ``standard`` (typically a few minutes; budget 49 min): quick, plus ``slurmd -C``, the error
   counters' first reads, single-node nccl-tests over every GPU (all_reduce_perf, then
-  all_gather_perf, reduce_scatter_perf, alltoall_perf and sendrecv_perf) and
-  ``dcgmi diag -r 2``; then ib_write_bw between pairs of
+  all_gather_perf, reduce_scatter_perf, alltoall_perf and sendrecv_perf), nvbandwidth's
+  host-to-device and device-to-host copies (the one DCGM 4 ships) and ``dcgmi diag -r 2``;
+  then ib_write_bw between pairs of
   nodes, every HCA one after the other (``IB_WRITE_BW_TIMEOUT_S``: 60 s per HCA on the node,
   killed 10 s later, the channel given up 25 s after that; the server gets 15 s to start;
   typically 2-3 s), in one round for an even count of nodes and two for an odd one, plus retest
   rounds for failed pairs (a node alone in the run: with a partner outside --limit, else a
   loopback between its own HCAs, :mod:`gpuctl.validation.pairs`).
-- ``long`` (typically 30-60 min; budget 102 min): standard with ``dcgmi diag -r 3`` instead of
+- ``long`` (typically 30-60 min; budget 103 min): standard with ``dcgmi diag -r 3`` instead of
   ``-r 2``; then, once per node group, multi-node nccl-tests all_reduce_perf through Slurm
   (``srun`` on the controller, one rank per GPU) and, when that run is below its threshold,
   the locator's runs on subsets of the nodes (:mod:`gpuctl.validation.multinode`). Those are
@@ -47,7 +48,7 @@ QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.valu
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
 # stays below it (a unit test checks every example cluster).
-LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 2880, LONG: 6120}
+LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 2940, LONG: 6180}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,8 @@ class Probe:
     """One command run on a node; its output is stored as ``<kind>.txt`` and parsed as ``kind``."""
 
     kind: str
-    argv: tuple[str, ...]  # may hold {gpus} (the node's GPU count)
+    # may hold {gpus} (the node's GPU count), {cuda} (the CUDA major of its DCGM package)
+    argv: tuple[str, ...]
     timeout_s: int
     levels: frozenset[str]
     needs: Callable[[NodeExpectation], bool]  # which nodes run it
@@ -78,7 +80,7 @@ class Probe:
             if a == "{mounts}":
                 words += [m.path for m in exp.mounts]
             else:
-                words.append(a.format(gpus=exp.gpu_count))
+                words.append(a.format(gpus=exp.gpu_count, cuda=exp.nvbandwidth_cuda or ""))
         return tuple(words)
 
     @property
@@ -196,6 +198,25 @@ def slurm_compute(e: NodeExpectation) -> bool:
 def required_mounts(e: NodeExpectation) -> bool:
     """Nodes cluster.yml names file systems for (``validation.mounts``)."""
     return bool(e.mounts)
+
+
+def nvbandwidth(e: NodeExpectation) -> bool:
+    """GPU nodes whose DCGM package ships nvbandwidth (DCGM 4)."""
+    return e.gpu_count > 0 and e.nvbandwidth_cuda is not None
+
+
+# DCGM 4 ships NVIDIA's nvbandwidth in its CUDA package (datacenter-gpu-manager-4-cuda<major>,
+# what the dcgm role installs) for its own nvbandwidth plugin: NVIDIA/DCGM
+# nvvs/plugin_src/nvbandwidth/Cuda12/CMakeLists.txt installs bin/<arch>/nvbandwidth into
+# ${DCGM_NVVS_PLUGINS_INSTALL_DIR}/cuda12 (${CMAKE_INSTALL_LIBEXECDIR}/datacenter-gpu-manager-4/
+# plugins, CMakeLists.txt); scripts/verify_package_contents/datacenter-gpu-manager-cuda12_
+# amd64.deb.txt lists ./usr/libexec/datacenter-gpu-manager-<MAJORVERSION>/plugins/cuda12/
+# nvbandwidth (the .rpm the same /usr/libexec path). DCGM 3 has no nvbandwidth.
+NVBANDWIDTH = "/usr/libexec/datacenter-gpu-manager-4/plugins/cuda{cuda}/nvbandwidth"
+# its testcases gpuctl runs: the copy engines between the host and each GPU, what
+# Azure/azurehpc-health-checks' azure_gpu_bandwidth.nhc runs (and the floors it judges them by)
+NVBANDWIDTH_H2D = "host_to_device_memcpy_ce"
+NVBANDWIDTH_D2H = "device_to_host_memcpy_ce"
 
 
 def ib_nics(e: NodeExpectation) -> bool:
@@ -391,6 +412,18 @@ PROBES: tuple[Probe, ...] = (
         )
         for c in NCCL_COLLECTIVES
         if c.kind != "nccl"
+    ),
+    # host <-> GPU copies over each GPU's PCIe link: a link trained down, a GPU behind a slow
+    # switch port, or IOMMU translation in the way shows here (the link state alone can look
+    # fine); 64 MiB buffers, 3 samples each: seconds per GPU, CUDA's start-up included
+    Probe(
+        "nvbandwidth",
+        (NVBANDWIDTH, "-t", NVBANDWIDTH_H2D, "-t", NVBANDWIDTH_D2H),
+        60,
+        _levels(STANDARD, LONG),
+        nvbandwidth,
+        exclusive=True,
+        description="nvbandwidth: host-to-device and device-to-host copy bandwidth per GPU",
     ),
     Probe(
         "dcgm-diag",

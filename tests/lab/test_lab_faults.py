@@ -125,13 +125,23 @@ CASES = [
         level="standard",
         also=frozenset({"nccl.alltoall.busbw.fleet"}),
     ),
+    # one GPU's copies to and from the host at half speed, its PCIe link at full width
+    # (nvbandwidth, the one DCGM 4 ships; nvidia-smi shows nothing wrong)
+    Case(
+        "pcie_copy_slow",
+        "2",
+        "pcie.h2d",
+        "< 48",
+        level="standard",
+        also=frozenset({"pcie.d2h"}),
+    ),
     Case(
         "slow_node",
         "0.5",
         "nccl.busbw",
         "< 460",
         level="standard",
-        also=NCCL | {"ib.write_bw", "ib.write_bw.fleet"},
+        also=NCCL | {"ib.write_bw", "ib.write_bw.fleet", "pcie.h2d", "pcie.d2h"},
     ),
 ]
 

@@ -25,6 +25,7 @@ from helpers import ROOT
 from gpuctl.cli.validate_cmd import default_out
 from gpuctl.config import load_cluster
 from gpuctl.errors import EnvironmentProblem, UsageError
+from gpuctl.lab import repo as lab_repo
 from gpuctl.lab.sim import fabric as sim_fabric
 from gpuctl.lab.sim import faults as sim_faults
 from gpuctl.lab.sim import kernel as sim_kernel
@@ -42,6 +43,14 @@ from gpuctl.validation.results import Verdict
 from gpuctl.validation.scope import select_nodes
 
 PROFILE: dict[str, Any] = json.loads(sim_profiles.profile_json("hgx-h100-ndr"))
+# stand-ins a lab package installs outside /usr/bin, by their path (DCGM's nvbandwidth): a
+# command by another path is not found, as on a lab node
+STANDIN_PATHS = {
+    tool: os.path.basename(tool)
+    for spec in lab_repo.load_specs()
+    for tool in spec.bin
+    if tool.startswith("/")
+}
 BOOT_LINES = (
     "Linux version 6.1.0-31-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) "
     "12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.128-1",
@@ -202,7 +211,7 @@ class Sim:
                 return FakeRunning(ExecResult(text.encode(), b"", 0), banner=sim_perf.WAITING)
             return done(text)
         out, err = io.StringIO(), io.StringIO()
-        handler = standin._HANDLERS.get(tool)
+        handler = standin._HANDLERS.get(STANDIN_PATHS.get(tool, tool))
         if handler is None:
             return done("", 127, f"sh: 1: {tool}: not found\n")
         rc = handler(PROFILE, faults, node, args, standin._Out(out, err))

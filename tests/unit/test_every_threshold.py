@@ -78,6 +78,8 @@ MULTINODE = "nccl-tests/all-reduce-perf-2node-p4de-a100-srun-prefix-table-only.t
 ALL_GATHER = "nccl-tests/all-gather-perf-a100-sxm4-40gb-8gpu-validation0.txt"  # 223.39
 REDUCE_SCATTER = "nccl-tests/reduce-scatter-perf-a100-sxm4-40gb-8gpu-validation0.txt"  # 231.52
 ALLTOALL = "nccl-tests/alltoall-perf-a100-sxm4-40gb-8gpu-validation0.txt"  # 224.31
+# 8 GPUs on PCIe Gen4 x16: host -> GPU 23.90 to 26.38, GPU -> host 26.25 to 27.11 GB/s
+NVBANDWIDTH_8 = "nvbandwidth/nvbandwidth-rtx4090-8gpu-v0.2-full-run-h2d-d2h-partial.txt"
 
 
 def _sendrecv(cluster: Cluster, tmp: Path) -> dict[str, NodeBundle]:
@@ -256,6 +258,9 @@ CASES: tuple[Case, ...] = (
         failing=Verdict.UNKNOWN,
     ),
     Case("ib_write_bw_gbps", "ib.write_bw", 92.0, 93.0, _ib_write_bw({NODE: BW_92})),
+    # the slowest GPU of the node decides: GPU2 copies 23.90 GB/s in, GPU2 26.25 GB/s out
+    Case("pcie_h2d_gbs", "pcie.h2d", 23.9, 24.0, _on("nvbandwidth", NVBANDWIDTH_8)),
+    Case("pcie_d2h_gbs", "pcie.d2h", 26.25, 26.3, _on("nvbandwidth", NVBANDWIDTH_8)),
     Case("fleet_relative_min", "nccl.busbw.fleet", 0.98, 0.99, _nccl_fleet),
     *(
         Case("fleet_relative_min", f"nccl.{name}.busbw.fleet", 0.85, 0.95, _collective_fleet(name))

@@ -358,7 +358,7 @@ def test_fault_names_and_errors() -> None:
         "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware", "no_reboot", "fw_update_fails",
-        "nvlink_errors", "ib_link_flaps", "ib_ber", "nccl_collective_slow",
+        "nvlink_errors", "ib_link_flaps", "ib_ber", "nccl_collective_slow", "pcie_copy_slow",
     }  # fmt: skip
     with pytest.raises(FaultError, match="unknown fault 'gpu_melted'"):
         apply({}, "gpu_melted", "1")
@@ -380,6 +380,8 @@ def test_fault_names_and_errors() -> None:
         ("ib_ber", "mlx5_0:0.1"),
         ("ib_ber", "mlx5_0:1E-2"),
         ("pcie_degraded", "0:3"),
+        ("pcie_copy_slow", "x"),
+        ("pcie_copy_slow", "2:0"),
         ("ib_port_down", "mlx5_0:Sleeping"),
         ("ib_rate", "mlx5_0:123"),
         ("firmware", "bios=1.2"),
@@ -676,6 +678,7 @@ def test_every_fault_is_tested() -> None:
         "ib_link_flaps",  # tests/unit/test_ib_port_errors.py
         "ib_ber",  # tests/unit/test_link_phy.py
         "nccl_collective_slow",  # tests/unit/test_nccl_collectives.py
+        "pcie_copy_slow",  # tests/unit/test_pcie_copies.py
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware",
         # no_reboot acts in the lab's node supervisor, not in a tool's output: it is tested in

@@ -653,6 +653,19 @@ def _collective_verdicts(name: str) -> Any:
     return verdicts
 
 
+def _pcie_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """nvbandwidth's host <-> GPU copies on the 8-GPU nodes: a real 8-GPU capture (PCIe Gen4,
+    23.90 to 27.11 GB/s)."""
+    group = next((g for g in cluster.node_groups if g.gpus and g.gpus.count == 8), None)
+    if group is None:
+        return None
+    rel = "nvbandwidth/nvbandwidth-rtx4090-8gpu-v0.2-full-run-h2d-d2h-partial.txt"
+    output = _bundle(rel, "nvbandwidth")
+    return _verdicts(
+        cluster, {n: NodeBundle(n, {"nvbandwidth": output}) for n in group.node_names()}
+    )
+
+
 def _ib_verdicts(cluster: Cluster, tmp: Path) -> Any:
     """ib_write_bw on every adapter of the first node with NICs, at the standard level."""
     bw = "perftest/ib-write-bw-roce-100g-rdma-cm-cpu-freq-warning-client.txt"
@@ -855,6 +868,7 @@ PROOFS: dict[str, Proof] = {
     **{p + "ib_write_bw_gbps": _ib_verdicts for p in _TH},
     **{p + "nccl_multinode_busbw_gbs": _multinode_threshold for p in _TH},
     **{p + "clock_offset_max_s": _clock_verdicts for p in _TH},
+    **{p + k: _pcie_verdicts for p in _TH for k in ("pcie_h2d_gbs", "pcie_d2h_gbs")},
     **{
         f"node_groups[].validation.hugepages.{k}": _hugepage_verdicts
         for k in ("size_kib", "min_total")
@@ -880,6 +894,7 @@ CANDIDATES.update(
         **{p + "xid_fatal": [[13], [43]] for p in _TH},
         **{p + "ib_link_flaps_max": [1, 0] for p in _TH},
         **{p + "clock_offset_max_s": [3.0, 2.0] for p in _TH},
+        **{p + k: [1.0, 26.5] for p in _TH for k in ("pcie_h2d_gbs", "pcie_d2h_gbs")},
         "node_groups[].validation.hugepages.min_total": [4097, 1],
         **{f"{p}mounts[].path": ["/scratch"] for p in ("validation.", "node_groups[].validation.")},
         **{f"{p}mounts[].fstype": ["xfs"] for p in ("validation.", "node_groups[].validation.")},

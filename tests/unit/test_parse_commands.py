@@ -26,7 +26,10 @@ def test_every_probe_command_is_listed_under_its_kind() -> None:
     commands = commands_by_kind()
     for probe in probes.PROBES:
         shown = _line(
-            [arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>") for arg in probe.argv]
+            [
+                arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
+                for arg in probe.argv
+            ]
         )
         assert shown in commands[probe.parser], (probe.kind, shown)
 
@@ -35,7 +38,10 @@ def test_every_listed_command_comes_from_where_it_is_run() -> None:
     port = probes.IB_WRITE_BW_BASE_PORT
     declared: dict[str, set[str]] = {}
     for probe in probes.PROBES:
-        argv = [arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>") for arg in probe.argv]
+        argv = [
+            arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
+            for arg in probe.argv
+        ]
         declared.setdefault(probe.parser, set()).add(_line(argv))
     declared.setdefault("perftest", set()).update(
         {

@@ -78,6 +78,12 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
     assert standard["nccl.alltoall"] == "alltoall_perf -b 8 -e 8G -f 2 -g 8"
     assert standard["nccl.sendrecv"] == "sendrecv_perf -b 8 -e 8G -f 2 -g 8"
     assert standard["dcgm-diag"] == "dcgmi diag -r 2"
+    # DCGM 4.2.3 for CUDA 12.8: the nvbandwidth of datacenter-gpu-manager-4-cuda12
+    assert standard["nvbandwidth"] == (
+        "/usr/libexec/datacenter-gpu-manager-4/plugins/cuda12/nvbandwidth "
+        "-t host_to_device_memcpy_ce -t device_to_host_memcpy_ce"
+    )
+    assert "nvbandwidth" not in _commands(exp, "quick")
     assert _commands(exp, "long")["dcgm-diag"] == "dcgmi diag -r 3"
     # the GPU-heavy probes run last, one at a time
     order = [p.kind for p in probes_for(exp, "standard")]
@@ -85,12 +91,13 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
     assert len(hcas) == 8
     # the GPU tests, the second read of the NVLink counters after them, then the second reads
     # of the InfiniBand port counters (run after ib_write_bw between nodes)
-    assert order[-15:] == [
+    assert order[-16:] == [
         "nccl",
         "nccl.all_gather",
         "nccl.reduce_scatter",
         "nccl.alltoall",
         "nccl.sendrecv",
+        "nvbandwidth",
         "dcgm-diag",
         "nvlink-errors.end",
         *(f"perfquery.end.{hca}" for hca in hcas),

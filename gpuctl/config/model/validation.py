@@ -28,8 +28,7 @@ class Thresholds(StrictModel):
     Resolution, last wins: gpuctl defaults (data/health.yml, data/xid.yml), the group's GPU
     model (data/gpu_models.yml), the group's fabric rate (data/fabrics.yml),
     `validation.thresholds`, `node_groups[].validation.thresholds`. ECC and row-remap limits
-    count per GPU. `ib_write_lat_p99_us`, `pcie_h2d_gbs` and `pcie_d2h_gbs` are not enforced
-    yet: set, they are refused.
+    count per GPU. `ib_write_lat_p99_us` is not enforced yet: set, it is refused.
     """
 
     nccl_all_reduce_busbw_gbs: float | None = Field(
@@ -64,14 +63,14 @@ class Thresholds(StrictModel):
     pcie_h2d_gbs: float | None = Field(
         None,
         gt=0,
-        description="Not enforced yet (refused when set): minimum host-to-device copy "
-        "bandwidth per GPU, GB/s.",
+        description="Minimum host-to-device copy bandwidth of each GPU, GB/s (nvbandwidth "
+        "host_to_device_memcpy_ce, at standard and long).",
     )
     pcie_d2h_gbs: float | None = Field(
         None,
         gt=0,
-        description="Not enforced yet (refused when set): minimum device-to-host copy "
-        "bandwidth per GPU, GB/s.",
+        description="Minimum device-to-host copy bandwidth of each GPU, GB/s (nvbandwidth "
+        "device_to_host_memcpy_ce, at standard and long).",
     )
     fleet_relative_min: float | None = Field(
         None,

@@ -125,6 +125,14 @@ def _pcie(text: str) -> dict[str, int | None]:
     return {"gpu": _int(parts[0], "pcie_degraded GPU", 0, 63), "width": width, "gen": gen}
 
 
+def _copy_slow(text: str) -> dict[str, Any]:
+    gpu, _, factor = text.partition(":")
+    return {
+        "gpu": _int(gpu, "pcie_copy_slow GPU", 0, 63),
+        "factor": _factor(factor, "pcie_copy_slow") if factor else 0.5,
+    }
+
+
 _HCA = re.compile(r"[A-Za-z0-9_]+")
 
 
@@ -238,6 +246,12 @@ SPECS: dict[str, FaultSpec] = {
         ),
         FaultSpec("pcie_degraded", "GPU[:WIDTH[:GEN]]", "PCIe link below its maximum", _pcie),
         FaultSpec(
+            "pcie_copy_slow",
+            "GPU[:FACTOR]",
+            "host-GPU copies of one GPU at FACTOR (default 0.5), its link at full width",
+            _copy_slow,
+        ),
+        FaultSpec(
             "ib_port_down", "HCA[:Down|Disabled]", "an HCA port not Active", _port_down, True
         ),
         FaultSpec("ib_rate", "HCA:RATE", "an HCA port at a lower rate", _ib_rate, True),
@@ -322,7 +336,7 @@ def _gpus_named(name: str, value: Any) -> list[int]:
         return [] if value == "all" else [int(v) for v in value]
     if name == "xid":
         return [int(event["gpu"]) for event in value]
-    if name in ("ecc", "pcie_degraded", "nvlink_errors"):
+    if name in ("ecc", "pcie_degraded", "pcie_copy_slow", "nvlink_errors"):
         return [int(value["gpu"])]
     if name == "nvlink_degraded":
         return [int(v) for v in value["gpus"]]

@@ -30,6 +30,7 @@ from . import (
     kernel,
     mft,
     mlxlink,
+    nvbandwidth,
     nvsmi,
     nvsmi_xml,
     peer,
@@ -65,6 +66,7 @@ TOOLS = (
     "flint",
     "mlxlink",
     "mlnx_qos",
+    "nvbandwidth",
 )
 
 
@@ -383,6 +385,16 @@ def _mlxlink(profile: Profile, faults: Faults, node: str, args: list[str], io: _
     return status
 
 
+def _nvbandwidth(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    # host <-> GPU copies: gpuctl/lab/sim/nvbandwidth.py
+    try:
+        io.out(nvbandwidth.main(profile, faults, node, args))
+    except nvbandwidth.NvbandwidthError as exc:
+        io.err(exc.message)
+        return exc.status
+    return 0
+
+
 def _flint(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
     if len(args) != 3 or args[0] not in ("-d", "--device") or args[2] not in ("query", "q"):
         io.err("-E- gpuctl lab: only 'flint -d DEVICE query' is simulated\n")
@@ -683,4 +695,5 @@ _HANDLERS: dict[str, _Handler] = {
     "flint": _flint,
     "mlxlink": _mlxlink,
     "mlnx_qos": _mlnx_qos,
+    "nvbandwidth": _nvbandwidth,
 }
