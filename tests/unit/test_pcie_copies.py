@@ -261,3 +261,11 @@ def test_one_gpu_with_slow_copies_fails_its_node_alone_naming_the_gpu(cluster_ym
     msg = next(c.message for c in report.checks if c.check == "pcie.h2d" and c.subject == "GPU2")
     assert "< 48" in msg
     assert "00000000:3a:00" in msg
+
+
+def test_the_lab_package_puts_the_stand_in_where_the_probe_looks() -> None:
+    from gpuctl.lab import repo
+    from gpuctl.validation.probes import NVBANDWIDTH
+
+    specs = {s.name: s for s in repo.load_specs() if s.default}
+    assert NVBANDWIDTH.format(cuda="12") in specs["datacenter-gpu-manager-4-cuda12"].bin
