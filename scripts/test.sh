@@ -11,8 +11,9 @@ ruff format --check .
 # side by side, each output printed whole, in order; either failing fails the run
 lint_dir="$(mktemp -d)"
 trap 'rm -rf "$lint_dir"' EXIT
-(mypy >"$lint_dir/mypy" 2>&1; echo $? >"$lint_dir/mypy.rc") &
-(ansible-lint -q >"$lint_dir/ansible-lint" 2>&1; echo $? >"$lint_dir/ansible-lint.rc") &
+# (set -e holds in the subshells too: a failing tool must not skip writing its status)
+(rc=0; mypy >"$lint_dir/mypy" 2>&1 || rc=$?; echo "$rc" >"$lint_dir/mypy.rc") &
+(rc=0; ansible-lint -q >"$lint_dir/ansible-lint" 2>&1 || rc=$?; echo "$rc" >"$lint_dir/ansible-lint.rc") &
 wait
 lint_failed=0
 for tool in mypy ansible-lint; do

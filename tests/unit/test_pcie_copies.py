@@ -50,8 +50,9 @@ def _judge(exp: Any, text: str, rc: int | None = 0) -> list[CheckResult]:
     return judge_pcie_copies(exp, {"nvbandwidth": ProbeOutput("nvbandwidth", text, rc=rc)})
 
 
-def _by(results: list[CheckResult], check: str) -> dict[str | None, CheckResult]:
-    return {r.subject: r for r in results if r.check == check}
+def _by(results: list[CheckResult], check: str) -> dict[str, CheckResult]:
+    """The results of one check by subject: a GPU, or "" for one about the whole run."""
+    return {r.subject or "": r for r in results if r.check == check}
 
 
 # ------------------------------------------------------------------------------------------
@@ -205,7 +206,8 @@ def test_the_stand_in_prints_the_layout_of_the_real_v0_8_capture() -> None:
 def test_the_stand_in_copies_what_real_links_copy_and_the_faults_slow_one_gpu() -> None:
     def per_gpu(faults: dict[str, Any], profile: dict[str, Any] = PROFILE) -> list[float]:
         text = sim_nvbandwidth.output(profile, faults, "gpu001", [H2D_TEXT])
-        return parse("nvbandwidth", text).data["testcases"][0]["rows"][0]["values"]
+        values: list[float] = parse("nvbandwidth", text).data["testcases"][0]["rows"][0]["values"]
+        return values
 
     healthy = per_gpu({})
     assert all(56.3 <= v <= 56.4 for v in healthy), healthy  # Gen5 x16 (RTX 5090 capture)
