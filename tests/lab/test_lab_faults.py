@@ -74,6 +74,8 @@ CASES = [
         kernel=True,
     ),
     Case("pcie_degraded", "2", "gpu.pcie.width", "x8"),
+    # PCIe AER: an uncorrectable error on GPU2's link, read from the kernel log
+    Case("pcie_aer", "2:nonfatal", "pcie.aer", "uncorrectable (non-fatal)", kernel=True),
     Case("ib_port_down", "mlx5_3", "ib.port.state", "state Down", also=frozenset({"ib.port.rate"})),
     Case("ib_rate", "mlx5_2:200", "ib.port.rate", "200"),
     # golden config: one node's firmware differs from the other two's

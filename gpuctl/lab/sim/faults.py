@@ -125,6 +125,19 @@ def _pcie(text: str) -> dict[str, int | None]:
     return {"gpu": _int(parts[0], "pcie_degraded GPU", 0, 63), "width": width, "gen": gen}
 
 
+AER_SEVERITIES = ("corrected", "nonfatal", "fatal")
+
+
+def _aer(text: str) -> dict[str, Any]:
+    gpu, _, severity = text.partition(":")
+    severity = severity or "corrected"
+    if severity not in AER_SEVERITIES:
+        raise FaultError(
+            f"pcie_aer: severity {severity!r} is not one of {', '.join(AER_SEVERITIES)}"
+        )
+    return {"gpu": _int(gpu, "pcie_aer GPU", 0, 63), "severity": severity}
+
+
 def _copy_slow(text: str) -> dict[str, Any]:
     gpu, _, factor = text.partition(":")
     return {
@@ -246,6 +259,12 @@ SPECS: dict[str, FaultSpec] = {
         ),
         FaultSpec("pcie_degraded", "GPU[:WIDTH[:GEN]]", "PCIe link below its maximum", _pcie),
         FaultSpec(
+            "pcie_aer",
+            "GPU[:corrected|nonfatal|fatal]",
+            "PCIe AER errors on one GPU's link in the kernel log",
+            _aer,
+        ),
+        FaultSpec(
             "pcie_copy_slow",
             "GPU[:FACTOR]",
             "host-GPU copies of one GPU at FACTOR (default 0.5), its link at full width",
@@ -336,7 +355,7 @@ def _gpus_named(name: str, value: Any) -> list[int]:
         return [] if value == "all" else [int(v) for v in value]
     if name == "xid":
         return [int(event["gpu"]) for event in value]
-    if name in ("ecc", "pcie_degraded", "pcie_copy_slow", "nvlink_errors"):
+    if name in ("ecc", "pcie_degraded", "pcie_copy_slow", "pcie_aer", "nvlink_errors"):
         return [int(value["gpu"])]
     if name == "nvlink_degraded":
         return [int(v) for v in value["gpus"]]

@@ -37,6 +37,53 @@ def _line(gpu: Gpu, xid: int, pid: str = "'<unknown>'", name: str = "<unknown>")
     return f"NVRM: Xid (PCI:{gpu.short_pci.lower()}): {xid}, pid={pid}, name={name}, {message}"
 
 
+# PCIe AER lines as Linux 5.x-6.8 prints them (drivers/pci/pcie/aer.c; the lab's Debian kernels
+# are 6.1 and 6.12): the root port's "error received" line, then the device's event and its
+# details, as in tests/fixtures/kernel-xid/dmesg-aer-mlx5-cx5-corrected-multiple-5.16.txt (each
+# error name padded to 22 characters). Per severity: (the port's word, the event's words, the
+# layer and agent, status, the error bit and name).
+_AER = {
+    "corrected": (
+        "Corrected",
+        "Corrected",
+        "Physical Layer, (Receiver ID)",
+        "00000001/0000e000",
+        " 0",
+        "RxErr",
+    ),
+    "nonfatal": (
+        "Uncorrected (Non-Fatal)",
+        "Uncorrected (Non-Fatal)",
+        "Transaction Layer, (Requester ID)",
+        "00004000/00000000",
+        "14",
+        "CmpltTO",
+    ),
+    "fatal": (
+        "Uncorrected (Fatal)",
+        "Uncorrected (Fatal)",
+        "Transaction Layer, (Receiver ID)",
+        "00040000/00000000",
+        "18",
+        "MalfTLP",
+    ),
+}
+
+
+def _aer_lines(profile: Profile, gpu: Gpu, severity: str) -> list[str]:
+    received, words, where, status, bit, name = _AER[severity]
+    domain, bus, rest = gpu.bus_id.split(":")
+    device = f"{domain[-4:]}:{bus}:{rest}".lower()
+    port = f"{domain[-4:]}:{int(bus, 16) - 1:02x}:01.0".lower()  # the switch port above it
+    ids = f"10de:{str(profile['gpus']['device_id']).lower()[2:6]}"
+    return [
+        f"pcieport {port}: AER: {received} error received: {device}",
+        f"nvidia {device}: PCIe Bus Error: severity={words}, type={where}",
+        f"nvidia {device}:   device [{ids}] error status/mask={status}",
+        f"nvidia {device}:    [{bit}] {name:<22} (First)",
+    ]
+
+
 def kernel_log_lines(profile: Profile, faults: Faults, node: str = _NODE) -> list[str]:
     """The ``NVRM: Xid`` lines these faults put in the kernel log, oldest first."""
     gpus = {gpu.physical: gpu for gpu in all_gpus(profile, node)}
@@ -57,6 +104,9 @@ def kernel_log_lines(profile: Profile, faults: Faults, node: str = _NODE) -> lis
     for index in faults.get("gpu_lost") or ():
         if index in gpus:
             lines.append(_line(gpus[index], 79))
+    aer = faults.get("pcie_aer")
+    if aer and aer["gpu"] in gpus:
+        lines += _aer_lines(profile, gpus[aer["gpu"]], aer["severity"])
     return lines
 
 

@@ -37,6 +37,7 @@ NODE_JUDGES: tuple[Judge, ...] = (
     pcie.judge_pcie_copies,
     infiniband.judge_ib_ports,
     xid.judge_xid_in_window,
+    pcie.judge_pcie_aer,
     fabric_manager.judge_fabric_manager,
     dcgm.judge_dcgm,
     nvlink.judge_nvlink_status,

@@ -1,4 +1,5 @@
-"""Host <-> GPU copy bandwidth over each GPU's PCIe link (nvbandwidth).
+"""PCIe: host <-> GPU copy bandwidth over each GPU's link (nvbandwidth), and the AER errors
+every device's link reported (the kernel log).
 
 ``pcie.h2d`` and ``pcie.d2h``, one result per GPU (subject ``GPU<i>``): nvbandwidth's
 host_to_device_memcpy_ce and device_to_host_memcpy_ce, the copy engines between the host and
@@ -13,9 +14,14 @@ pattern, is FAIL.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import timedelta
+
 from gpuctl.config.catalog import pcie_ceiling
 from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.judges.base import Evidence, Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.judges.xid import event_time, xid_window_hours
+from gpuctl.validation.parsers.kernel import kernel_log_of
 from gpuctl.validation.parsers.nvbandwidth import (
     NVBANDWIDTH,
     NvbandwidthCase,
@@ -175,4 +181,145 @@ def _not_measured(
         Verdict.UNKNOWN,
         f"nvbandwidth {testcase} {why}: no copy bandwidth measured",
         evidence=errors,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# PCIe Advanced Error Reporting: the errors each device's link reported, from the kernel log
+
+
+AER_CHECK = "pcie.aer"
+_SEVERITY_RANK = {"corrected": 1, "nonfatal": 2, "fatal": 3}
+_AER_WORDS = {
+    "corrected": "corrected",
+    "nonfatal": "uncorrectable (non-fatal)",
+    "fatal": "uncorrectable (fatal)",
+}
+
+
+@dataclass
+class _Device:
+    """The AER errors of one device in the window."""
+
+    pci: str
+    label: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+    unreadable: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # "Physical Layer: RxErr", in order
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, severity: str | None, text: str) -> None:
+        if severity is None:
+            self.unreadable.append(text)
+        else:
+            self.counts[severity] = self.counts.get(severity, 0) + 1
+
+    def worst(self) -> str | None:
+        return max(self.counts, key=_SEVERITY_RANK.__getitem__, default=None)
+
+
+@node_judge("xid")
+def judge_pcie_aer(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
+    """``pcie.aer``, one result per device that reported PCIe AER errors in the Xid window
+    (data/xid.yml, ending at ``evidence.now``; the whole log where no collection time can be
+    trusted, and then never OK): an uncorrectable error (Non-Fatal or Fatal) FAILs the device
+    (a transaction was lost; the driver may have reset the link), corrected errors WARN (the
+    link retries: a bad riser, seating or signal integrity, and bandwidth lost to replays).
+    Errors are counted per device from its ``PCIe Bus Error`` lines, or from the port's
+    ``error received`` lines where the device printed none (the kernel rate-limits details).
+    An error whose severity cannot be read is UNKNOWN for its device."""
+    result, unknown = usable_parse(exp, evidence, ["xid"], AER_CHECK)
+    if result is None:
+        return unknown
+    log = kernel_log_of(result.data)
+    problem = evidence.clock_problem
+    since = None
+    if evidence.now is not None and problem is None:
+        since = evidence.now - timedelta(hours=xid_window_hours())
+
+    def in_window(stamp: str | None) -> bool:
+        when = event_time(stamp)
+        return since is None or when is None or when >= since
+
+    devices: dict[str, _Device] = {}
+    for ev in log.aer:
+        if not in_window(ev.timestamp):
+            continue
+        dev = devices.setdefault(ev.pci, _Device(ev.pci))
+        ids = f" [{ev.device}]" if ev.device else ""
+        dev.label = f"{ev.driver} {ev.pci}{ids}"
+        dev.add(ev.severity, ev.severity_text)
+        kind = ev.type + (f": {', '.join(ev.errors)}" if ev.errors else "")
+        if kind not in dev.kinds:
+            dev.kinds.append(kind)
+    # a port's "error received" lines for a device that printed no details of its own
+    reported: dict[str, _Device] = {}
+    for rec in log.aer_received:
+        if not in_window(rec.timestamp):
+            continue
+        pci = rec.source or rec.port
+        if pci in devices:
+            continue
+        dev = reported.setdefault(pci, _Device(pci, label=pci))
+        if rec.source is None:
+            dev.label = f"a device below port {rec.port}"
+        dev.add(rec.severity, "error received" + (" (multiple)" if rec.multiple else ""))
+    devices.update(reported)
+
+    out = list(unknown)
+    for pci in sorted(devices):
+        out.append(_aer_result(exp, devices[pci]))
+    if problem is not None:
+        out.append(
+            finding(
+                exp,
+                f"{AER_CHECK}.window",
+                Verdict.UNKNOWN,
+                f"the AER window cannot be placed: {problem}; every AER error in the log counts",
+            )
+        )
+    elif not devices:
+        out.append(finding(exp, AER_CHECK, Verdict.OK, "no PCIe AER errors in the window"))
+    return out
+
+
+def _aer_result(exp: NodeExpectation, dev: _Device) -> CheckResult:
+    counts = ", ".join(
+        f"{n} {_AER_WORDS[s]}"
+        for s, n in sorted(dev.counts.items(), key=lambda kv: -_SEVERITY_RANK[kv[0]])
+    )
+    kinds = f" ({'; '.join(dev.kinds[:3])})" if dev.kinds else ""
+    worst = dev.worst()
+    total = sum(dev.counts.values())
+    if dev.unreadable and (worst is None or worst == "corrected"):
+        return finding(
+            exp,
+            AER_CHECK,
+            Verdict.UNKNOWN,
+            f"{dev.label}: PCIe AER error(s) of a severity not understood "
+            f"({', '.join(sorted(set(dev.unreadable)))[:120]})"
+            + (f"; also {counts}" if counts else ""),
+            subject=dev.pci,
+        )
+    if worst in ("nonfatal", "fatal"):
+        return finding(
+            exp,
+            AER_CHECK,
+            Verdict.FAIL,
+            f"{dev.label}: {counts} PCIe error(s){kinds}: transactions were lost on this link; "
+            "reset or reseat the device, check its slot, riser and cable",
+            subject=dev.pci,
+            measured=total,
+            expected=0,
+            unit="errors",
+        )
+    return finding(
+        exp,
+        AER_CHECK,
+        Verdict.WARN,
+        f"{dev.label}: {counts} PCIe error(s){kinds}: the link retries (replays cost "
+        "bandwidth); check seating, riser and cable if they keep growing",
+        subject=dev.pci,
+        measured=total,
+        unit="errors",
     )

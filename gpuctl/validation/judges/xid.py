@@ -36,7 +36,7 @@ def fatal_xids(exp: NodeExpectation) -> tuple[frozenset[int], str]:
     return frozenset(int(x) for x in listed), exp.sources.get("xid_fatal") or "xid_fatal"
 
 
-def _event_time(stamp: str | None) -> datetime | None:
+def event_time(stamp: str | None) -> datetime | None:
     """ISO (`dmesg --time-format iso`) or ctime (`dmesg -T`) timestamps; None for others."""
     if stamp is None:
         return None
@@ -66,7 +66,7 @@ def judge_xid(
     events = list(log.events)
     if now is not None:
         since = now - timedelta(hours=xid_window_hours())
-        events = [e for e in events if (when := _event_time(e.timestamp)) is None or when >= since]
+        events = [e for e in events if (when := event_time(e.timestamp)) is None or when >= since]
     for fallen in log.fallen_off_bus:
         out.append(
             finding(

@@ -1,4 +1,5 @@
-"""Kernel log lines about GPUs: NVRM Xid events, "fallen off the bus", NVSwitch SXid events.
+"""Kernel log lines about GPUs: NVRM Xid events, "fallen off the bus", NVSwitch SXid events,
+and the PCIe Advanced Error Reporting (AER) lines of every device (GPUs, NICs, switch ports).
 
 One kind, ``xid``, for the kernel ring buffer in any of the usual shapes: ``dmesg``,
 ``dmesg -T`` (ctime), ``dmesg --time-format iso``, ``dmesg --decode`` (``kern  :warn  :``
@@ -13,6 +14,10 @@ Data (docs/parse.md has the full contract)::
     fallen_off_bus:  [{pci, timestamp}]        one per GPU (PCI address), first time seen
     sxid:            [{pci, sxid, message, severity, link, timestamp}]  NVSwitch error lines
     counts:          {"<xid>": number of events}
+    aer:             [{pci, driver, severity, type, agent, device, status, errors, first,
+                       timestamp}]          one per "PCIe Bus Error" line
+    aer_received:    [{port, source, severity, multiple, timestamp}]  one per "AER: ... error
+                                            received" line of the port that took the message
 
 What the judges read of it: :func:`kernel_log_of` (a :class:`KernelLog`).
 
@@ -153,6 +158,123 @@ def _sxid_event(m: re.Match[str], timestamp: str | None) -> dict[str, Any] | Non
     }
 
 
+# PCIe AER (drivers/pci/pcie/aer.c). The device's driver and address lead each line; since
+# Linux 4.19 the port's own messages carry "AER: ", from 6.x some detail lines do too. The event:
+#   "nvidia 0000:3b:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)"
+#   (before 4.17: "..., type=Physical Layer, id=00e0(Receiver ID)"; 6.9 on: severity=Correctable,
+#   "Uncorrectable (Non-Fatal)"), then its details:
+#   "nvidia 0000:3b:00.0:   device [10de:2330] error status/mask=00000001/0000e000"
+#   "nvidia 0000:3b:00.0:    [ 0] RxErr                  (First)"
+# and the root port that received the message:
+#   "pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0" (before 4.17:
+#   "... received: id=0010"; 6.9 on: "AER: Correctable error message received from 0000:01:00.0")
+_DEV = rf"(?P<driver>[A-Za-z0-9_.\-]{{1,40}}) (?P<pci>{_PCI}):"
+_AER_BUS = re.compile(
+    rf"{_DEV} (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]{{1,40}}),"
+    rf" type=(?P<type>[^,]{{1,40}}), ?(?:id=(?P<id>{_HEX}{{4}}))?\((?P<agent>[^)]{{1,40}})\)"
+)
+_AER_DEVICE = re.compile(
+    rf"{_DEV} (?:AER: )? *device \[(?P<ids>{_HEX}{{4}}:{_HEX}{{4}})\] error status/mask="
+    rf"(?P<status>{_HEX}{{8}})/(?P<mask>{_HEX}{{8}})"
+)
+_AER_BIT = re.compile(
+    rf"{_DEV} (?:AER: )? *\[ ?(?P<bit>\d{{1,2}})\] (?P<name>[A-Za-z][^(]{{0,60}}?)"
+    r" *(?P<first>\(First\))?$"
+)
+_AER_RECEIVED = re.compile(
+    rf"{_DEV} AER: (?P<multi>Multiple )?(?P<sev>[A-Za-z]{{1,20}}(?: \((?:Non-)?Fatal\))?) error"
+    rf" (?:message )?received(?::| from) (?:id=(?P<id>{_HEX}{{4}})|(?P<src>{_PCI}))"
+)
+
+# a time inside the message: "kernel: [68183.615790] pcieport ..." (a journal that kept the
+# kernel's own time) and dmesg -H's relative "[  +0.000844] "
+_INNER_TIME = re.compile(r"\[ *\+?\d{1,12}\.\d{1,9}\] ?")
+
+
+def aer_severity(text: str) -> str | None:
+    """``corrected``, ``nonfatal`` or ``fatal`` for the kernel's words (Corrected/Correctable,
+    Uncorrected/Uncorrectable (Non-Fatal) or (Fatal)); None for any other."""
+    word = text.strip().lower()
+    if word in ("corrected", "correctable"):
+        return "corrected"
+    if word in ("uncorrected (non-fatal)", "uncorrectable (non-fatal)"):
+        return "nonfatal"
+    if word in ("uncorrected (fatal)", "uncorrectable (fatal)"):
+        return "fatal"
+    return None
+
+
+class _AerReader:
+    """The AER lines of one log: events, their detail lines, the ports' received lines."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.received: list[dict[str, Any]] = []
+        self._open: dict[str, dict[str, Any]] = {}  # device -> its last event, for details
+
+    def feed(self, rest: str, timestamp: str | None, number: int, problems: list[str]) -> bool:
+        """Read ``rest`` if it is an AER line (True), else leave it (False)."""
+        if rest.startswith("["):  # a journal line that kept dmesg's time, or dmesg -H's
+            m = _INNER_TIME.match(rest)
+            if m is not None:
+                rest = rest[m.end() :]
+        if "PCIe Bus Error" in rest:
+            m = _AER_BUS.match(rest)
+            if m is None:
+                problems.append(f"line {number}: AER line not understood: {rest[:160]!r}")
+                return True
+            event: dict[str, Any] = {
+                "pci": m["pci"].lower(),
+                "driver": m["driver"],
+                "severity": aer_severity(m["sev"]),
+                "severity_text": m["sev"].strip(),
+                "type": m["type"].strip(),
+                "agent": m["agent"].strip(),
+                "device": None,
+                "status": None,
+                "errors": [],
+                "first": None,
+                "timestamp": timestamp,
+            }
+            if event["severity"] is None:
+                problems.append(f"line {number}: AER severity not understood: {m['sev']!r}")
+            self.events.append(event)
+            self._open[event["pci"]] = event
+            return True
+        if "AER: " in rest and "received" in rest:
+            m = _AER_RECEIVED.match(rest)
+            if m is None:
+                return False
+            self.received.append(
+                {
+                    "port": m["pci"].lower(),
+                    "source": m["src"].lower() if m["src"] else None,
+                    "severity": aer_severity(m["sev"]),
+                    "multiple": m["multi"] is not None,
+                    "timestamp": timestamp,
+                }
+            )
+            return True
+        if not self._open or "[" not in rest:
+            return False
+        m = _AER_DEVICE.match(rest) or _AER_BIT.match(rest)
+        if m is None:
+            return False
+        found = self._open.get(m["pci"].lower())
+        if found is None:
+            return False
+        event = found
+        if "ids" in m.groupdict():
+            event["device"] = m["ids"].lower()
+            event["status"] = m["status"].lower()
+        else:
+            name = m["name"].strip()
+            event["errors"].append(name)
+            if m["first"]:
+                event["first"] = name
+        return True
+
+
 @parser(
     KIND,
     description="Kernel log: NVRM Xid events, GPUs fallen off the bus, NVSwitch SXid events",
@@ -169,6 +291,7 @@ def parse_xid(text: str) -> ParseResult:
     nonblank = 0
     unknown_prefix = 0
     banner: str | None = None
+    aer = _AerReader()
 
     def fell(pci: str | None, timestamp: str | None) -> None:
         key = _bus_key(pci)
@@ -185,6 +308,10 @@ def parse_xid(text: str) -> ParseResult:
         prefixed += seen
         if banner is None and any(b in line for b in _BANNERS):
             banner = line
+        if ("AER" in rest or "PCIe Bus Error" in rest or aer.events) and aer.feed(
+            rest, timestamp, number, problems
+        ):
+            continue
         at = rest.find("NVRM: Xid")
         if at >= 0:
             unknown_prefix += at > 0
@@ -222,8 +349,15 @@ def parse_xid(text: str) -> ParseResult:
             f"{unknown_prefix} Xid line(s) have a prefix that is not a known timestamp format"
             " (timestamp null)"
         )
-    data = {"events": events, "fallen_off_bus": fallen, "sxid": sxid, "counts": counts}
-    if events or fallen or sxid:
+    data = {
+        "events": events,
+        "fallen_off_bus": fallen,
+        "sxid": sxid,
+        "counts": counts,
+        "aer": aer.events,
+        "aer_received": aer.received,
+    }
+    if events or fallen or sxid or aer.events or aer.received:
         return ParseResult(KIND, True, data, tuple(problems))
     if problems:  # only unreadable Xid/SXid lines: it is a kernel log, but nothing was read
         return ParseResult(KIND, True, data, tuple(problems))
@@ -265,11 +399,42 @@ class FallenOffBus:
 
 
 @dataclass(frozen=True, slots=True)
+class AerEvent:
+    """One PCIe AER error a device reported (a ``PCIe Bus Error`` line and its details):
+    ``severity`` ``corrected``, ``nonfatal`` or ``fatal`` (None: words not understood, as
+    printed in ``severity_text``), ``device`` the vendor:device id when the details show it."""
+
+    pci: str
+    driver: str
+    severity: str | None
+    severity_text: str
+    type: str
+    agent: str
+    device: str | None
+    errors: tuple[str, ...]
+    timestamp: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AerReceived:
+    """A port's ``AER: ... error received`` line: the error's source (None: shown only as a
+    requester id) and its severity."""
+
+    port: str
+    source: str | None
+    severity: str | None
+    multiple: bool
+    timestamp: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class KernelLog:
-    """The kernel log's GPU events as the judges read them."""
+    """The kernel log's GPU events and every device's PCIe AER errors, as the judges read them."""
 
     events: tuple[XidEvent, ...]
     fallen_off_bus: tuple[FallenOffBus, ...]
+    aer: tuple[AerEvent, ...] = ()
+    aer_received: tuple[AerReceived, ...] = ()
 
 
 def _text(value: Any) -> str | None:
@@ -291,6 +456,30 @@ def kernel_log_of(data: Mapping[str, Any]) -> KernelLog:
         fallen_off_bus=tuple(
             FallenOffBus(pci=ev.get("pci"), timestamp=_text(ev.get("timestamp")))
             for ev in data.get("fallen_off_bus") or ()
+        ),
+        aer=tuple(
+            AerEvent(
+                pci=str(ev.get("pci")),
+                driver=str(ev.get("driver")),
+                severity=_text(ev.get("severity")),
+                severity_text=str(ev.get("severity_text")),
+                type=str(ev.get("type")),
+                agent=str(ev.get("agent")),
+                device=_text(ev.get("device")),
+                errors=tuple(str(e) for e in ev.get("errors") or ()),
+                timestamp=_text(ev.get("timestamp")),
+            )
+            for ev in data.get("aer") or ()
+        ),
+        aer_received=tuple(
+            AerReceived(
+                port=str(ev.get("port")),
+                source=_text(ev.get("source")),
+                severity=_text(ev.get("severity")),
+                multiple=bool(ev.get("multiple")),
+                timestamp=_text(ev.get("timestamp")),
+            )
+            for ev in data.get("aer_received") or ()
         ),
     )
 
