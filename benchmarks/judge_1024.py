@@ -5,8 +5,8 @@ Run: .venv/bin/python benchmarks/judge_1024.py [--nodes N] [--jobs J]
 Each simulated node's outputs are real captures from tests/fixtures (HGX H100 `nvidia-smi -q`,
 `topo -m`, `nvlink -s`, NDR `ibstat`, nccl-tests all_reduce, all_gather, reduce_scatter and
 alltoall (sendrecv from the lab's stand-in: no whole real run was found), nvbandwidth, perftest,
-Fabric Manager status, kernel log), with faults on some nodes (a node whose kernel log has Xid
-48/63/94, a node with an A100 NV12 matrix, an unreachable node). Measures, in this process:
+Fabric Manager status, kernel log, lspci), with faults on some nodes (a node whose kernel log
+has Xid 48/63/94, a node with an A100 NV12 matrix, an unreachable node). Measures, in this process:
 loading the bundle, parsing and judging every node (all checks, fleet-relative judgement), and
 rendering results.json, JUnit XML, the Prometheus textfile and the HTML report. Budget: 10 s on
 a 2-core machine; target: half of it.
@@ -64,6 +64,10 @@ GOOD = {
     "nccl.alltoall": "nccl-tests/alltoall-perf-a100-sxm4-40gb-8gpu-validation0.txt",
     # host <-> GPU copies per GPU (8 GPUs on PCIe Gen5 x16, above the H100's 48 GB/s floor)
     "nvbandwidth": "nvbandwidth/nvbandwidth-rtx5090-8gpu-unknown-version-h2d-d2h-partial.txt",
+    # the PCIe tree (lspci -vvv): one PEX890xx switch of a real HGX H100 with its GPU and
+    # adapters, as the bridges' and the adapters' output (a subset of each, as filtered)
+    "lspci.bridges": "pci/lspci-vvv-hgx-h100-one-pex890xx-switch-gpu-cx7-cx6dx-excerpt.txt",
+    "lspci.nics": "pci/lspci-vvv-hgx-h100-one-pex890xx-switch-gpu-cx7-cx6dx-excerpt.txt",
     # both reads of the NVLink error counters (no growth: the same capture twice)
     "nvlink-errors.start": NVLINK_E,
     "nvlink-errors.end": NVLINK_E,

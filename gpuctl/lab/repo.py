@@ -53,8 +53,9 @@ APT_PROXY_CONF = "etc/apt/apt.conf.d/01gpuctl-lab-proxy"
 APT_SOURCE = "etc/apt/sources.list.d/gpuctl-lab.list"
 APT_PREFERENCES = "etc/apt/preferences.d/gpuctl-lab-standins"
 # stand-ins under names Debian's main archive also has: Debian 13's real versions (rdma-core 56.1,
-# perftest 25.01) are above the stand-ins', so the lab pins its own (a real cluster gets Debian's)
-DEBIAN_NAMED_STANDINS = ("infiniband-diags", "ibverbs-utils", "perftest")
+# perftest 25.01, pciutils 3.13) are above the stand-ins', so the lab pins its own (a real
+# cluster gets Debian's)
+DEBIAN_NAMED_STANDINS = ("infiniband-diags", "ibverbs-utils", "perftest", "pciutils")
 MORE_DIR = "more"  # the further versions' repository, under the lab repository
 ORIGIN = "gpuctl-lab"
 _STAMP = ".gpuctl-repo-stamp"

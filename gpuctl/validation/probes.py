@@ -15,8 +15,9 @@ an 8-GPU node are far lower.
 - ``quick`` (typically seconds; budget 4 min): GPU inventory and health (``nvidia-smi -q -x``),
   the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports,
   the required mounts (``df``).
-- ``standard`` (typically a few minutes; budget 49 min): quick, plus ``slurmd -C``, the error
-  counters' first reads, single-node nccl-tests over every GPU (all_reduce_perf, then
+- ``standard`` (typically a few minutes; budget 49 min): quick, plus ``slurmd -C``, the PCIe
+  bridges and adapters (``lspci -vvv``), the error counters' first reads, single-node
+  nccl-tests over every GPU (all_reduce_perf, then
   all_gather_perf, reduce_scatter_perf, alltoall_perf and sendrecv_perf), nvbandwidth's
   host-to-device and device-to-host copies (the one DCGM 4 ships) and ``dcgmi diag -r 2``;
   then ib_write_bw between pairs of
@@ -324,6 +325,26 @@ PROBES: tuple[Probe, ...] = (
         _levels(STANDARD, LONG),
         lambda e: e.hugepages is not None,  # where cluster.yml asks for a hugepage pool
         description="the node's hugepage pool (HugePages_Total, Hugepagesize)",
+    ),
+    # the PCIe tree as root sees it: the bridges (ACS on the switch ports between GPUs and NICs,
+    # each port's bus range and link) and the NVIDIA/Mellanox adapters (their negotiated link);
+    # lspci's -d filter keeps the output to those (an 8-GPU HGX has ~500 PCI functions, ~60
+    # bridges: the whole -vvv listing is ~1 MB, the bridges ~250 KB)
+    Probe(
+        "lspci.bridges",
+        ("lspci", "-vvv", "-D", "-d", "::0604"),
+        15,
+        _levels(STANDARD, LONG),
+        gpus_or_nics,
+        description="PCI bridges (lspci -vvv): ACS on the switch ports above GPUs and NICs",
+    ),
+    Probe(
+        "lspci.nics",
+        ("lspci", "-vvv", "-D", "-d", "15b3:"),
+        15,
+        _levels(STANDARD, LONG),
+        any_nic,
+        description="NVIDIA/Mellanox adapters (lspci -vvv): negotiated PCIe link width and speed",
     ),
     Probe(
         "slurmd-conf",

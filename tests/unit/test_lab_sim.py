@@ -358,6 +358,7 @@ def test_fault_names_and_errors() -> None:
         "gpu_lost", "xid", "ecc", "nvlink_degraded", "pcie_degraded", "ib_port_down", "ib_rate",
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware", "no_reboot", "fw_update_fails", "pcie_aer",
+        "pcie_acs", "nic_pcie_degraded",
         "nvlink_errors", "ib_link_flaps", "ib_ber", "nccl_collective_slow", "pcie_copy_slow",
     }  # fmt: skip
     with pytest.raises(FaultError, match="unknown fault 'gpu_melted'"):
@@ -680,6 +681,7 @@ def test_every_fault_is_tested() -> None:
         "nccl_collective_slow",  # tests/unit/test_nccl_collectives.py
         "pcie_copy_slow",  # tests/unit/test_pcie_copies.py
         "pcie_aer",  # tests/unit/test_pcie_aer.py
+        "pcie_acs", "nic_pcie_degraded",  # tests/unit/test_pci_tree.py
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware",
         # no_reboot acts in the lab's node supervisor, not in a tool's output: it is tested in
@@ -794,7 +796,7 @@ def test_standin_in_process(node_env: dict[str, str], monkeypatch: pytest.Monkey
     out, err = io.StringIO(), io.StringIO()
     assert standin.main("/usr/bin/dmesg", ["--time-format", "iso"], out, err) == 0
     assert _ok("xid", out.getvalue()).data["counts"] == {}
-    assert standin.main("/usr/bin/lspci", [], out, err) == 127
+    assert standin.main("/usr/bin/setpci", [], out, err) == 127
     for args in (["-q", "-x"], ["-x", "-q"], ["--query", "--xml-format"]):
         out = io.StringIO()
         assert standin.main("/usr/bin/nvidia-smi", args, out, err) == 0

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import pci as sim_pci
+
 Faults = dict[str, Any]
 
 
@@ -136,6 +138,21 @@ def _aer(text: str) -> dict[str, Any]:
             f"pcie_aer: severity {severity!r} is not one of {', '.join(AER_SEVERITIES)}"
         )
     return {"gpu": _int(gpu, "pcie_aer GPU", 0, 63), "severity": severity}
+
+
+def _acs(text: str) -> list[int]:
+    return [_int(part, "pcie_acs GPU", 0, 63) for part in text.split(",")]
+
+
+def _nic_pcie(text: str) -> dict[str, dict[str, int | None]]:
+    parts = text.split(":")
+    if len(parts) > 3 or not _HCA.fullmatch(parts[0]):
+        raise FaultError(f"nic_pcie_degraded: expected HCA[:WIDTH[:GEN]], got {text!r}")
+    width = _int(parts[1], "nic_pcie_degraded width", 1, 16) if len(parts) > 1 else 8
+    if width not in (1, 2, 4, 8, 16):
+        raise FaultError(f"nic_pcie_degraded: width {width} is not 1, 2, 4, 8 or 16")
+    gen = _int(parts[2], "nic_pcie_degraded gen", 1, 6) if len(parts) > 2 else None
+    return {parts[0]: {"width": width, "gen": gen}}
 
 
 def _copy_slow(text: str) -> dict[str, Any]:
@@ -265,6 +282,19 @@ SPECS: dict[str, FaultSpec] = {
             _aer,
         ),
         FaultSpec(
+            "pcie_acs",
+            "GPU[,GPU...]",
+            "ACS redirection on the PCIe switch port above a GPU (lspci)",
+            _acs,
+        ),
+        FaultSpec(
+            "nic_pcie_degraded",
+            "HCA[:WIDTH[:GEN]]",
+            "an adapter's PCIe link below its maximum (lspci; default x8)",
+            _nic_pcie,
+            True,
+        ),
+        FaultSpec(
             "pcie_copy_slow",
             "GPU[:FACTOR]",
             "host-GPU copies of one GPU at FACTOR (default 0.5), its link at full width",
@@ -353,6 +383,8 @@ def clear(faults: Mapping[str, Any], name: str | None = None) -> Faults:
 def _gpus_named(name: str, value: Any) -> list[int]:
     if name in ("gpu_lost", "clocks_throttled"):
         return [] if value == "all" else [int(v) for v in value]
+    if name == "pcie_acs":
+        return [int(v) for v in value]
     if name == "xid":
         return [int(event["gpu"]) for event in value]
     if name in ("ecc", "pcie_degraded", "pcie_copy_slow", "pcie_aer", "nvlink_errors"):
@@ -366,7 +398,7 @@ def _gpus_named(name: str, value: Any) -> list[int]:
 
 def _hcas_named(name: str, value: Any) -> list[str] | None:
     """The HCAs a fault names ([] for "every HCA"), or None when it names none."""
-    if name in ("ib_port_down", "ib_rate", "ib_link_flaps", "ib_ber"):
+    if name in ("ib_port_down", "ib_rate", "ib_link_flaps", "ib_ber", "nic_pcie_degraded"):
         return list(value)
     if name == "firmware":
         named = [t for t in value if t == "hca" or t.startswith("mlx5_")]
@@ -391,6 +423,13 @@ def hardware_problem(name: str, value: Any, profile: Mapping[str, Any], node: st
             f"{name}: {node} has no GPU {which}; its GPUs are {_gpu_range(count)} ({model}, "
             f"profile {profile.get('name', '?')})"
         )
+    if name == "pcie_acs":
+        alone = [g for g in value if not sim_pci.has_switch_port(dict(profile), int(g))]
+        if alone:
+            return (
+                f"{name}: GPU {', '.join(map(str, alone))} of {node} sits on a root port, no PCIe "
+                f"switch port above it ({model}, profile {profile.get('name', '?')})"
+            )
     if name == "nvlink_errors":
         links = int((gpus.get("nvlink") or {}).get("links", 0))
         if int(value["link"]) >= links:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from . import pci as sim_pci
 from .common import Faults, Gpu, Profile, all_gpus, digest
 
 _NODE = "lab"  # kernel lines carry no node name; only the pid numbers depend on it
@@ -74,7 +75,7 @@ def _aer_lines(profile: Profile, gpu: Gpu, severity: str) -> list[str]:
     received, words, where, status, bit, name = _AER[severity]
     domain, bus, rest = gpu.bus_id.split(":")
     device = f"{domain[-4:]}:{bus}:{rest}".lower()
-    port = f"{domain[-4:]}:{int(bus, 16) - 1:02x}:01.0".lower()  # the switch port above it
+    port = sim_pci.port_above(profile, gpu.physical)  # the switch or root port above it
     ids = f"10de:{str(profile['gpus']['device_id']).lower()[2:6]}"
     return [
         f"pcieport {port}: AER: {received} error received: {device}",

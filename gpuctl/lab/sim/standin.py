@@ -33,6 +33,7 @@ from . import (
     nvbandwidth,
     nvsmi,
     nvsmi_xml,
+    pci,
     peer,
     perf,
     qos,
@@ -67,6 +68,7 @@ TOOLS = (
     "mlxlink",
     "mlnx_qos",
     "nvbandwidth",
+    "lspci",
 )
 
 
@@ -395,6 +397,14 @@ def _nvbandwidth(profile: Profile, faults: Faults, node: str, args: list[str], i
     return 0
 
 
+def _lspci(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    # the PCIe tree: gpuctl/lab/sim/pci.py
+    status, stdout, stderr = pci.lspci(profile, faults, args)
+    io.out(stdout)
+    io.err(stderr)
+    return status
+
+
 def _flint(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
     if len(args) != 3 or args[0] not in ("-d", "--device") or args[2] not in ("query", "q"):
         io.err("-E- gpuctl lab: only 'flint -d DEVICE query' is simulated\n")
@@ -696,4 +706,5 @@ _HANDLERS: dict[str, _Handler] = {
     "mlxlink": _mlxlink,
     "mlnx_qos": _mlnx_qos,
     "nvbandwidth": _nvbandwidth,
+    "lspci": _lspci,
 }
