@@ -5,8 +5,9 @@ Run: .venv/bin/python benchmarks/judge_1024.py [--nodes N] [--jobs J]
 Each simulated node's outputs are real captures from tests/fixtures (HGX H100 `nvidia-smi -q`,
 `topo -m`, `nvlink -s`, NDR `ibstat`, nccl-tests all_reduce, all_gather, reduce_scatter and
 alltoall (sendrecv from the lab's stand-in: no whole real run was found), nvbandwidth, perftest,
-Fabric Manager status, kernel log, lspci), with faults on some nodes (a node whose kernel log
-has Xid 48/63/94, a node with an A100 NV12 matrix, an unreachable node). Measures, in this process:
+Fabric Manager status, kernel log, lspci, nvbandwidth GPU <-> GPU), with faults on some nodes
+(a node whose kernel log has Xid 48/63/94, a node with an A100 NV12 matrix, an unreachable
+node). Measures, in this process:
 loading the bundle, parsing and judging every node (all checks, fleet-relative judgement), and
 rendering results.json, JUnit XML, the Prometheus textfile and the HTML report. Budget: 10 s on
 a 2-core machine; target: half of it.
@@ -73,6 +74,8 @@ GOOD = {
     "nvlink-errors.end": NVLINK_E,
 }
 PERFQUERY = "ib/counters/perfquery-x-rhel75-lid10-port1-all-zero.txt"
+D2D_READ = "nvbandwidth/nvbandwidth-h100-8gpu-v0.4-azure-ndv5-d2d-read-ce.txt"
+D2D_WRITE = "nvbandwidth/nvbandwidth-h100-8gpu-v0.10-d2d-write-ce.txt"
 # the node's clock (GNU date on a lab node) and the window gpuctl records around it
 CLOCK = "node/date-epoch-ns-debian13-lab-node.txt"
 PERFTEST = "perftest/ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt"
@@ -104,6 +107,9 @@ def make_bundle(nodes: int, directory: Path) -> str:
     good = {kind: body(rel) for kind, rel in GOOD.items()}
     # no whole real sendrecv_perf run was found (tests/fixtures/ADDED.md): the lab stand-in's
     # output for an 8x A100 node, in nccl-tests 2.17.9's layout
+    # GPU <-> GPU copies over NVSwitch: two real 8x H100 runs, read_ce then write_ce, as the
+    # probe's one run of both testcases prints them
+    good["nvbandwidth.d2d"] = body(D2D_READ) + body(D2D_WRITE)
     good["nccl.sendrecv"] = sim_perf.nccl_perf(
         sim_profiles.load("a100-hdr"), {}, "gpu001", sim_perf.NcclArgs(8, 8 << 30, 2, 8), "sendrecv"
     )

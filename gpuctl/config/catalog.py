@@ -226,6 +226,19 @@ def busbw_ceiling(model: str | None) -> Ceiling | None:
     return Ceiling(round(2 * pcie.value, 3), what, pcie.source)
 
 
+def nvlink_ceiling(model: str | None) -> Ceiling | None:
+    """The most one GPU can copy to or from a peer over NVLink, GB/s: half the model's NVLink
+    bandwidth (the datasheet gives both directions together). None without NVLink or model."""
+    spec = gpu_specs().get(model) if model is not None else None
+    if spec is None or spec.nvlink_gbs is None:
+        return None
+    return Ceiling(
+        spec.nvlink_gbs / 2,
+        f"NVLink of {spec.key}, one direction",
+        f"{spec.nvlink_source} (data/gpu_models.yml)",
+    )
+
+
 @cache
 def fastest_rate(kind: str | None) -> int:
     """The fastest port rate in fabrics.yml for ``infiniband`` or ``roce`` (None: either)."""

@@ -15,7 +15,7 @@ an 8-GPU node are far lower.
 - ``quick`` (typically seconds; budget 4 min): GPU inventory and health (``nvidia-smi -q -x``),
   the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports,
   the required mounts (``df``).
-- ``standard`` (typically a few minutes; budget 49 min): quick, plus ``slurmd -C``, the PCIe
+- ``standard`` (typically a few minutes; budget 50 min): quick, plus ``slurmd -C``, the PCIe
   bridges and adapters (``lspci -vvv``), the error counters' first reads, single-node
   nccl-tests over every GPU (all_reduce_perf, then
   all_gather_perf, reduce_scatter_perf, alltoall_perf and sendrecv_perf), nvbandwidth's
@@ -49,7 +49,7 @@ QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.valu
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
 # stays below it (a unit test checks every example cluster).
-LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 2940, LONG: 6180}
+LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 3000, LONG: 6180}
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +218,15 @@ NVBANDWIDTH = "/usr/libexec/datacenter-gpu-manager-4/plugins/cuda{cuda}/nvbandwi
 # Azure/azurehpc-health-checks' azure_gpu_bandwidth.nhc runs (and the floors it judges them by)
 NVBANDWIDTH_H2D = "host_to_device_memcpy_ce"
 NVBANDWIDTH_D2H = "device_to_host_memcpy_ce"
+# copies between every GPU pair by the copy engines, each GPU reading from and writing to each
+# peer: over NVSwitch every pair has the same NVLink bandwidth, so one slow pair is a fault
+NVBANDWIDTH_D2D_READ = "device_to_device_memcpy_read_ce"
+NVBANDWIDTH_D2D_WRITE = "device_to_device_memcpy_write_ce"
+
+
+def nvswitch_peers(e: NodeExpectation) -> bool:
+    """GPUs on an NVSwitch (every pair the same NVLink bandwidth) whose DCGM ships nvbandwidth."""
+    return nvbandwidth(e) and e.gpu_count >= 2 and e.interconnect == "nvswitch"
 
 
 def ib_nics(e: NodeExpectation) -> bool:
@@ -445,6 +454,17 @@ PROBES: tuple[Probe, ...] = (
         nvbandwidth,
         exclusive=True,
         description="nvbandwidth: host-to-device and device-to-host copy bandwidth per GPU",
+    ),
+    # every GPU pair's copies over NVLink: a slow NVLink or NVSwitch port shows here for the
+    # pairs through it (an all_reduce ring hides one); 56 pairs of 8 GPUs, a few seconds
+    Probe(
+        "nvbandwidth.d2d",
+        (NVBANDWIDTH, "-t", NVBANDWIDTH_D2D_READ, "-t", NVBANDWIDTH_D2D_WRITE),
+        60,
+        _levels(STANDARD, LONG),
+        nvswitch_peers,
+        exclusive=True,
+        description="nvbandwidth: GPU <-> GPU copy bandwidth of every pair (read and write)",
     ),
     Probe(
         "dcgm-diag",

@@ -141,15 +141,19 @@ CASES = [
         also=frozenset({"pcie.d2h"}),
     ),
     # the PCIe tree (lspci): ACS redirection on the switch port above GPU2, and mlx5_3's link
-    # trained down to x8 (nvidia-smi and ibstat see nothing wrong)
+    # trained down to x8 (nvidia-smi and ibstat see nothing wrong); and GPU3's copies with its
+    # peers over NVSwitch at half speed (nvbandwidth device_to_device): three faults, one run
     Case(
         "pcie_acs",
         "2",
         "pcie.acs",
         "above GPU2",
         level="standard",
-        also=frozenset({"pcie.nic.link"}),
-        more=(("nic_pcie_degraded", "mlx5_3", "pcie.nic.link", "x8 at 32 GT/s, below x16"),),
+        also=frozenset({"pcie.nic.link", "p2p.read", "p2p.write"}),
+        more=(
+            ("nic_pcie_degraded", "mlx5_3", "pcie.nic.link", "x8 at 32 GT/s, below x16"),
+            ("p2p_slow", "3", "p2p.read", "GPU3 197."),
+        ),
     ),
     Case(
         "slow_node",

@@ -80,6 +80,7 @@ REDUCE_SCATTER = "nccl-tests/reduce-scatter-perf-a100-sxm4-40gb-8gpu-validation0
 ALLTOALL = "nccl-tests/alltoall-perf-a100-sxm4-40gb-8gpu-validation0.txt"  # 224.31
 # 8 GPUs on PCIe Gen4 x16: host -> GPU 23.90 to 26.38, GPU -> host 26.25 to 27.11 GB/s
 NVBANDWIDTH_8 = "nvbandwidth/nvbandwidth-rtx4090-8gpu-v0.2-full-run-h2d-d2h-partial.txt"
+NVBANDWIDTH_D2D = "nvbandwidth/nvbandwidth-h800-8gpu-v0.2-full-run.txt"  # 8x H800, NVSwitch
 
 
 def _sendrecv(cluster: Cluster, tmp: Path) -> dict[str, NodeBundle]:
@@ -261,6 +262,9 @@ CASES: tuple[Case, ...] = (
     # the slowest GPU of the node decides: GPU2 copies 23.90 GB/s in, GPU2 26.25 GB/s out
     Case("pcie_h2d_gbs", "pcie.h2d", 23.9, 24.0, _on("nvbandwidth", NVBANDWIDTH_8)),
     Case("pcie_d2h_gbs", "pcie.d2h", 26.25, 26.3, _on("nvbandwidth", NVBANDWIDTH_8)),
+    # the slowest pair decides: GPU reads of a peer from 171.88 GB/s, writes from 175.99
+    Case("p2p_read_gbs", "p2p.read", 171.88, 171.9, _on("nvbandwidth.d2d", NVBANDWIDTH_D2D)),
+    Case("p2p_write_gbs", "p2p.write", 175.99, 176.0, _on("nvbandwidth.d2d", NVBANDWIDTH_D2D)),
     Case("fleet_relative_min", "nccl.busbw.fleet", 0.98, 0.99, _nccl_fleet),
     *(
         Case("fleet_relative_min", f"nccl.{name}.busbw.fleet", 0.85, 0.95, _collective_fleet(name))

@@ -666,6 +666,18 @@ def _pcie_verdicts(cluster: Cluster, tmp: Path) -> Any:
     )
 
 
+def _p2p_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """nvbandwidth's GPU <-> GPU copies on the 8-GPU nodes: a real 8x H800 run (read 171.88 to
+    172.57 GB/s, write 175.99 to 176.20)."""
+    group = next((g for g in cluster.node_groups if g.gpus and g.gpus.count == 8), None)
+    if group is None:
+        return None
+    output = _bundle("nvbandwidth/nvbandwidth-h800-8gpu-v0.2-full-run.txt", "nvbandwidth.d2d")
+    return _verdicts(
+        cluster, {n: NodeBundle(n, {"nvbandwidth.d2d": output}) for n in group.node_names()}
+    )
+
+
 def _ib_verdicts(cluster: Cluster, tmp: Path) -> Any:
     """ib_write_bw on every adapter of the first node with NICs, at the standard level."""
     bw = "perftest/ib-write-bw-roce-100g-rdma-cm-cpu-freq-warning-client.txt"
@@ -869,6 +881,7 @@ PROOFS: dict[str, Proof] = {
     **{p + "nccl_multinode_busbw_gbs": _multinode_threshold for p in _TH},
     **{p + "clock_offset_max_s": _clock_verdicts for p in _TH},
     **{p + k: _pcie_verdicts for p in _TH for k in ("pcie_h2d_gbs", "pcie_d2h_gbs")},
+    **{p + k: _p2p_verdicts for p in _TH for k in ("p2p_read_gbs", "p2p_write_gbs")},
     **{
         f"node_groups[].validation.hugepages.{k}": _hugepage_verdicts
         for k in ("size_kib", "min_total")
@@ -895,6 +908,7 @@ CANDIDATES.update(
         **{p + "ib_link_flaps_max": [1, 0] for p in _TH},
         **{p + "clock_offset_max_s": [3.0, 2.0] for p in _TH},
         **{p + k: [1.0, 26.5] for p in _TH for k in ("pcie_h2d_gbs", "pcie_d2h_gbs")},
+        **{p + k: [1.0, 174.0] for p in _TH for k in ("p2p_read_gbs", "p2p_write_gbs")},
         "node_groups[].validation.hugepages.min_total": [4097, 1],
         **{f"{p}mounts[].path": ["/scratch"] for p in ("validation.", "node_groups[].validation.")},
         **{f"{p}mounts[].fstype": ["xfs"] for p in ("validation.", "node_groups[].validation.")},

@@ -83,6 +83,11 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
         "/usr/libexec/datacenter-gpu-manager-4/plugins/cuda12/nvbandwidth "
         "-t host_to_device_memcpy_ce -t device_to_host_memcpy_ce"
     )
+    # and between every GPU pair over NVSwitch
+    assert standard["nvbandwidth.d2d"] == (
+        "/usr/libexec/datacenter-gpu-manager-4/plugins/cuda12/nvbandwidth "
+        "-t device_to_device_memcpy_read_ce -t device_to_device_memcpy_write_ce"
+    )
     assert "nvbandwidth" not in _commands(exp, "quick")
     assert _commands(exp, "long")["dcgm-diag"] == "dcgmi diag -r 3"
     # the GPU-heavy probes run last, one at a time
@@ -91,13 +96,14 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
     assert len(hcas) == 8
     # the GPU tests, the second read of the NVLink counters after them, then the second reads
     # of the InfiniBand port counters (run after ib_write_bw between nodes)
-    assert order[-16:] == [
+    assert order[-17:] == [
         "nccl",
         "nccl.all_gather",
         "nccl.reduce_scatter",
         "nccl.alltoall",
         "nccl.sendrecv",
         "nvbandwidth",
+        "nvbandwidth.d2d",
         "dcgm-diag",
         "nvlink-errors.end",
         *(f"perfquery.end.{hca}" for hca in hcas),

@@ -72,6 +72,18 @@ class Thresholds(StrictModel):
         description="Minimum device-to-host copy bandwidth of each GPU, GB/s (nvbandwidth "
         "device_to_host_memcpy_ce, at standard and long).",
     )
+    p2p_read_gbs: float | None = Field(
+        None,
+        gt=0,
+        description="Minimum copy bandwidth of each GPU reading from each peer over NVSwitch, "
+        "GB/s (nvbandwidth device_to_device_memcpy_read_ce, at standard and long).",
+    )
+    p2p_write_gbs: float | None = Field(
+        None,
+        gt=0,
+        description="Minimum copy bandwidth of each GPU writing to each peer over NVSwitch, "
+        "GB/s (nvbandwidth device_to_device_memcpy_write_ce, at standard and long).",
+    )
     fleet_relative_min: float | None = Field(
         None,
         gt=0,

@@ -43,6 +43,8 @@ THRESHOLD_CHECKS: dict[str, tuple[str, ...]] = {
     "clock_offset_max_s": ("node.clock",),
     "pcie_h2d_gbs": ("pcie.h2d",),
     "pcie_d2h_gbs": ("pcie.d2h",),
+    "p2p_read_gbs": ("p2p.read",),
+    "p2p_write_gbs": ("p2p.write",),
 }
 
 # The single-node nccl-tests busbw floors, one per collective gpuctl runs (the probe table,

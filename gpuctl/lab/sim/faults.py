@@ -155,6 +155,14 @@ def _nic_pcie(text: str) -> dict[str, dict[str, int | None]]:
     return {parts[0]: {"width": width, "gen": gen}}
 
 
+def _p2p_slow(text: str) -> dict[str, Any]:
+    gpu, _, factor = text.partition(":")
+    return {
+        "gpu": _int(gpu, "p2p_slow GPU", 0, 63),
+        "factor": _factor(factor, "p2p_slow") if factor else 0.5,
+    }
+
+
 def _copy_slow(text: str) -> dict[str, Any]:
     gpu, _, factor = text.partition(":")
     return {
@@ -282,6 +290,12 @@ SPECS: dict[str, FaultSpec] = {
             _aer,
         ),
         FaultSpec(
+            "p2p_slow",
+            "GPU[:FACTOR]",
+            "nvbandwidth's copies between one GPU and each peer at FACTOR (default 0.5)",
+            _p2p_slow,
+        ),
+        FaultSpec(
             "pcie_acs",
             "GPU[,GPU...]",
             "ACS redirection on the PCIe switch port above a GPU (lspci)",
@@ -387,7 +401,7 @@ def _gpus_named(name: str, value: Any) -> list[int]:
         return [int(v) for v in value]
     if name == "xid":
         return [int(event["gpu"]) for event in value]
-    if name in ("ecc", "pcie_degraded", "pcie_copy_slow", "pcie_aer", "nvlink_errors"):
+    if name in ("ecc", "pcie_degraded", "pcie_copy_slow", "pcie_aer", "p2p_slow", "nvlink_errors"):
         return [int(value["gpu"])]
     if name == "nvlink_degraded":
         return [int(v) for v in value["gpus"]]

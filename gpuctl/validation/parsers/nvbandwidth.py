@@ -41,8 +41,13 @@ NVBANDWIDTH = "nvbandwidth"
 
 _VERSION = re.compile(r"nvbandwidth Version:\s*(\S{1,40})")
 _GIT = re.compile(r"Built from Git version:\s*(\S{0,80})")
-_CUDA = re.compile(r"CUDA Runtime Version:\s*(\d{1,9})")
-_CUDA_DRIVER = re.compile(r"CUDA Driver Version:\s*(\d{1,9})")
+# v0.10 on: "CUDA Runtime Version: 13.2 (13020)", "CUDA Driver Version (API): 13.2 (13020)"
+_CUDA = re.compile(r"CUDA Runtime Version:\s*(?:\d{1,4}\.\d{1,4} \()?(\d{1,9})\)?")
+_CUDA_DRIVER = re.compile(r"CUDA Driver Version(?: \(API\))?:\s*(?:\d{1,4}\.\d{1,4} \()?\d{1,9}\)?")
+# v0.10 on, after each SUM (bidirectional testcases: after the _total one)
+_VARIATION = re.compile(r"COEFFICIENT_OF_VARIATION ([A-Za-z0-9_]{1,80}) (\S{1,40})")
+# v0.2 names the testcase it waives: "Waiving device_to_device_memcpy_write_ce."
+_WAIVING = re.compile(r"Waiving ([A-Za-z0-9_]{1,80})\.")
 _DRIVER = re.compile(r"Driver Version:\s*(\S{1,40})")
 # v0.5 on add the PCI address; v0.4 and older print the name alone
 _DEVICE = re.compile(
@@ -132,6 +137,14 @@ def parse_nvbandwidth(text: str) -> ParseResult:
                 problems.append(f"{where}: not a bandwidth sum {m.group(2)[:40]!r}")
             elif current["status"] == "incomplete":
                 current["status"] = "passed"
+        elif _VARIATION.fullmatch(line):
+            pass  # the spread of the samples (v0.10): not judged
+        elif m := _WAIVING.fullmatch(line):
+            data["waived"] += 1
+            waived = _new_testcase(m.group(1))
+            waived["status"] = "waived"
+            data["testcases"].append(waived)
+            current = None
         elif m := _STATUS.fullmatch(line):
             status, message = m.group(1), m.group(2).strip()
             if status == "Waived":
@@ -255,6 +268,20 @@ class NvbandwidthCase:
             index = to_count(label)
             if index is not None:
                 out[index] = value
+        return out
+
+    def per_pair(self) -> dict[tuple[int, int], float | str | None]:
+        """A GPU x GPU matrix (device_to_device testcases): (row GPU, column GPU) -> value, the
+        diagonal left out. Empty where a row or column label is not a GPU index."""
+        out: dict[tuple[int, int], float | str | None] = {}
+        columns = [to_count(c) for c in self.columns]
+        for label, values in self.rows:
+            row = to_count(label)
+            if row is None or None in columns:
+                return {}
+            for column, value in zip(columns, values, strict=False):
+                if column is not None and column != row:
+                    out[(row, column)] = value
         return out
 
 
