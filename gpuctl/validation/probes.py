@@ -335,6 +335,16 @@ PROBES: tuple[Probe, ...] = (
         lambda e: e.hugepages is not None,  # where cluster.yml asks for a hugepage pool
         description="the node's hugepage pool (HugePages_Total, Hugepagesize)",
     ),
+    # which GPU pairs the driver lets read each other's memory (peer access); the matrix of
+    # `topo -m` says how they are joined, this one whether CUDA may use it
+    Probe(
+        "topo-p2p",
+        ("nvidia-smi", "topo", "-p2p", "r"),
+        15,
+        _levels(STANDARD, LONG),
+        multi_gpu,
+        description="GPU peer-to-peer read capability per pair (OK, CNS, GNS, TNS, NS, ...)",
+    ),
     # the PCIe tree as root sees it: the bridges (ACS on the switch ports between GPUs and NICs,
     # each port's bus range and link) and the NVIDIA/Mellanox adapters (their negotiated link);
     # lspci's -d filter keeps the output to those (an 8-GPU HGX has ~500 PCI functions, ~60

@@ -155,6 +155,17 @@ def _nic_pcie(text: str) -> dict[str, dict[str, int | None]]:
     return {parts[0]: {"width": width, "gen": gen}}
 
 
+_P2P_STATUS = ("CNS", "GNS", "TNS", "NS", "DR", "U")
+
+
+def _p2p_disabled(text: str) -> dict[str, Any]:
+    gpu, _, status = text.partition(":")
+    status = status or "CNS"
+    if status not in _P2P_STATUS:
+        raise FaultError(f"p2p_disabled: status {status!r} is not one of {', '.join(_P2P_STATUS)}")
+    return {"gpu": _int(gpu, "p2p_disabled GPU", 0, 63), "status": status}
+
+
 def _p2p_slow(text: str) -> dict[str, Any]:
     gpu, _, factor = text.partition(":")
     return {
@@ -296,6 +307,12 @@ SPECS: dict[str, FaultSpec] = {
             _p2p_slow,
         ),
         FaultSpec(
+            "p2p_disabled",
+            "GPU[:CNS|GNS|TNS|NS|DR|U]",
+            "peer access refused between one GPU and every peer (topo -p2p; nvbandwidth N/A)",
+            _p2p_disabled,
+        ),
+        FaultSpec(
             "pcie_acs",
             "GPU[,GPU...]",
             "ACS redirection on the PCIe switch port above a GPU (lspci)",
@@ -401,7 +418,15 @@ def _gpus_named(name: str, value: Any) -> list[int]:
         return [int(v) for v in value]
     if name == "xid":
         return [int(event["gpu"]) for event in value]
-    if name in ("ecc", "pcie_degraded", "pcie_copy_slow", "pcie_aer", "p2p_slow", "nvlink_errors"):
+    if name in (
+        "ecc",
+        "pcie_degraded",
+        "pcie_copy_slow",
+        "pcie_aer",
+        "p2p_slow",
+        "p2p_disabled",
+        "nvlink_errors",
+    ):
         return [int(value["gpu"])]
     if name == "nvlink_degraded":
         return [int(v) for v in value["gpus"]]

@@ -148,7 +148,9 @@ def _matrix(profile: Profile, faults: Faults, gpus: list[Gpu], testcase: str) ->
     for row in gpus:
         cells = []
         for peer in gpus:
-            if peer.index == row.index:
+            refused = faults.get("p2p_disabled") or {}
+            no_peer = refused and int(refused["gpu"]) in (row.physical, peer.physical)
+            if peer.index == row.index or no_peer:
                 cells.append(f"{'N/A':>10}")
                 continue
             value = _pair_gbs(profile, faults, row, peer, testcase)

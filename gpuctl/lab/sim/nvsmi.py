@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .common import (
     Faults,
@@ -351,6 +352,41 @@ def _cpus(profile: Profile, numa: int) -> str:
     slot = nodes.index(numa) if numa in nodes else 0
     first = slot * per
     return f"{first}-{first + per - 1},{first + 112 // 2}-{first + 112 // 2 + per - 1}"
+
+
+# `nvidia-smi topo -p2p <cap>`: r(ead), w(rite), n(vlink), a(tomics), p(rop), and rw
+P2P_CAPS = ("r", "w", "rw", "n", "a", "p")
+# its legend as driver 570-580 print it (tests/fixtures/topo/nvsmi-topo-p2p-rw-2gpu-gns.txt)
+_P2P_LEGEND = (
+    "Legend:\n\n"
+    "  X    = Self\n"
+    "  OK   = Status Ok\n"
+    "  CNS  = Chipset not supported\n"
+    "  GNS  = GPU not supported\n"
+    "  TNS  = Topology not supported\n"
+    "  NS   = Not supported\n"
+    "  DR   = Disabled by regkey\n"
+    "  U    = Unknown\n"
+)
+
+
+def topo_p2p(profile: Profile, faults: Faults, node: str) -> str:
+    """The peer-access matrix: a leading blank and a trailing tab on every row, as the real
+    tool prints; OK between every pair but those of a ``p2p_disabled`` GPU."""
+    gpus = visible_gpus(profile, faults, node)
+    disabled: dict[str, Any] = faults.get("p2p_disabled") or {}
+    lines = [" \t" + "".join(f"GPU{g.index}\t" for g in gpus)]
+    for gpu in gpus:
+        cells = []
+        for other in gpus:
+            if other is gpu:
+                cells.append("X")
+            elif disabled and int(disabled["gpu"]) in (gpu.physical, other.physical):
+                cells.append(str(disabled["status"]))
+            else:
+                cells.append("OK")
+        lines.append(f" GPU{gpu.index}\t" + "".join(f"{c}\t" for c in cells))
+    return "\n".join(lines) + "\n\n" + _P2P_LEGEND
 
 
 def topo(profile: Profile, faults: Faults, node: str) -> str:

@@ -183,6 +183,9 @@ def _smi(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out)
         if args[1:] in (["-m"], ["--matrix"]):
             io.out(nvsmi.topo(profile, faults, node))
             return 0
+        if args[1:2] == ["-p2p"] and len(args) == 3 and args[2] in nvsmi.P2P_CAPS:
+            io.out(nvsmi.topo_p2p(profile, faults, node))
+            return 0
         io.out(_SMI_USAGE)
         return 2
     index: int | None = None

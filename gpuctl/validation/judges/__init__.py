@@ -34,6 +34,7 @@ from gpuctl.validation.judges.base import Judge
 NODE_JUDGES: tuple[Judge, ...] = (
     gpus.judge_gpus,
     topology.judge_topology,
+    topology.judge_p2p_capability,
     nccl.judge_nccl,
     nccl.judge_nccl_collectives,
     pcie.judge_pcie_copies,

@@ -544,3 +544,43 @@ def parse_topo_p2p(text: str) -> ParseResult:
     elif values and all(v == "OK" for v in values):
         data["all_ok"] = True
     return ParseResult(P2P, True, data, tuple(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class P2pMatrix:
+    """``nvidia-smi topo -p2p``: the GPUs (``GPU0`` ...), each ordered pair's status token
+    (None: the cell was unreadable or missing) and the legend's meanings."""
+
+    gpus: tuple[str, ...]
+    pairs: Mapping[tuple[str, str], str | None]
+    legend: Mapping[str, str]
+
+
+# the meanings nvidia-smi prints in its legend, for a token a legend-less capture shows
+P2P_MEANINGS = {
+    "OK": "Status Ok",
+    "CNS": "Chipset not supported",
+    "GNS": "GPU not supported",
+    "TNS": "Topology not supported",
+    "NS": "Not supported",
+    "DR": "Disabled by regkey",
+    "U": "Unknown",
+}
+
+
+def p2p_matrix_of(data: Mapping[str, Any]) -> P2pMatrix:
+    """The record of :func:`parse_topo_p2p`'s data."""
+    gpus = tuple(str(g) for g in data.get("gpus") or ())
+    matrix = data.get("matrix") or {}
+    pairs: dict[tuple[str, str], str | None] = {}
+    for row, cells in matrix.items() if isinstance(matrix, Mapping) else ():
+        for column, token in (cells or {}).items():
+            pairs[(str(row), str(column))] = token if isinstance(token, str) else None
+    legend = data.get("legend") or {}
+    return P2pMatrix(
+        gpus,
+        pairs,
+        {**P2P_MEANINGS, **{str(k): str(v) for k, v in legend.items()}}
+        if isinstance(legend, Mapping)
+        else dict(P2P_MEANINGS),
+    )
