@@ -228,7 +228,10 @@ KERNEL_BOOT_UNIT = "gpuctl-lab-kernel-boot.service"
 _KERNEL_BOOT_LINES = (
     "Linux version 6.1.0-31-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) "
     "12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.128-1",
-    "Command line: BOOT_IMAGE=/boot/vmlinuz-6.1.0-31-amd64 root=/dev/sda1 ro quiet",
+    "Command line: BOOT_IMAGE=/boot/vmlinuz-6.1.0-31-amd64 root=/dev/sda1 ro quiet iommu=pt",
+    # the IOMMU mode a GPU node should boot with (gpuctl validate's pcie.iommu); 5.x/6.x print it
+    # as tests/fixtures/kernel-xid/dmesg-grep-iommu-passthrough-cmdline-amd-vi-5.4.txt shows
+    "iommu: Default domain type: Passthrough (set via kernel command line)",
 )
 
 

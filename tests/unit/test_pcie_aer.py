@@ -4,6 +4,7 @@ device, in the Xid window, and the lab's fault prints lines the parser reads bac
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -159,3 +160,34 @@ def test_the_lab_fault_refuses_a_gpu_the_profile_lacks_and_an_unknown_severity()
     assert "no GPU 9" in str(sim_faults.hardware_problem("pcie_aer", value, profile, "gpu002"))
     with pytest.raises(sim_faults.FaultError, match="severity"):
         sim_faults.parse_value("pcie_aer", "1:bad")
+
+
+# ------------------------------------------------------------------------------------------
+# The IOMMU mode the node booted with
+
+
+def iommu(text: str, exp: NodeExpectation | None = None) -> list[CheckResult]:
+    from gpuctl.validation.judges.pcie import judge_iommu
+
+    return judge_iommu(exp or h100(), Evidence({"xid": ProbeOutput("xid", text)}))
+
+
+def test_translated_dma_with_devices_in_iommu_groups_warns() -> None:
+    [r] = iommu(fixture("dmesg-grep-iommu-translated-amd-vi-groups-5.4.txt"))
+    assert (r.check, r.verdict, r.measured) == ("pcie.iommu", Verdict.WARN, 47)
+    assert "iommu=pt" in r.message
+
+
+def test_passthrough_and_no_active_iommu_are_ok() -> None:
+    [r] = iommu(fixture("dmesg-grep-iommu-passthrough-cmdline-amd-vi-5.4.txt"))
+    assert r.verdict is Verdict.OK
+    assert "Passthrough (set via kernel command line)" in r.message
+    [r] = iommu(fixture("dmesg-grep-iommu-translated-arm-smmu-no-groups.txt"))
+    assert r.verdict is Verdict.OK
+    assert "no device joined an IOMMU group" in r.message
+
+
+def test_no_iommu_line_gives_no_result_and_a_lone_gpu_is_not_asked() -> None:
+    assert iommu(fixture("dmesg-iso-xid-48-63-94-dbe-row-remap.txt")) == []
+    lone = dataclasses.replace(h100(), gpu_count=1, nics=())
+    assert iommu(fixture("dmesg-grep-iommu-translated-amd-vi-groups-5.4.txt"), lone) == []

@@ -42,6 +42,7 @@ NODE_JUDGES: tuple[Judge, ...] = (
     infiniband.judge_ib_ports,
     xid.judge_xid_in_window,
     pcie.judge_pcie_aer,
+    pcie.judge_iommu,
     pci.judge_pcie_acs,
     pci.judge_nic_links,
     fabric_manager.judge_fabric_manager,

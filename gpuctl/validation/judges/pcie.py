@@ -323,3 +323,61 @@ def _aer_result(exp: NodeExpectation, dev: _Device) -> CheckResult:
         measured=total,
         unit="errors",
     )
+
+
+# ------------------------------------------------------------------------------------------
+# The IOMMU mode the node booted with (the kernel log)
+
+IOMMU_CHECK = "pcie.iommu"
+
+
+@node_judge("xid")
+def judge_iommu(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
+    """``pcie.iommu`` on nodes where GPUs talk to each other or to NICs directly (2+ GPUs, or an
+    adapter): devices in IOMMU groups under the ``Translated`` default domain put every DMA of
+    GPUDirect RDMA and peer traffic through the IOMMU's page tables (slower, and peer mappings
+    can fail): WARN, with the fix (``iommu=pt``, NVIDIA's GPUDirect RDMA and NCCL guides).
+    ``Passthrough`` (or ``identity``), or no device in an IOMMU group (no IOMMU active): OK. A
+    kernel log that does not show the boot's ``iommu: Default domain type`` line (kernels before
+    5.2, a journal that lost the boot's first lines) gives no result: the mode is not known,
+    and nothing else depends on it."""
+    if exp.gpu_count < 2 and not exp.nics:
+        return []
+    result, unknown = usable_parse(exp, evidence, ["xid"], IOMMU_CHECK)
+    if result is None:
+        return []  # the kernel log itself is judged (and UNKNOWN) by xid and pcie.aer
+    mode = kernel_log_of(result.data).iommu
+    if mode is None:
+        return []
+    by = f" (set via {mode.set_by})" if mode.set_by else ""
+    if mode.default_domain.lower() in ("passthrough", "identity"):
+        return [
+            *unknown,
+            finding(
+                exp, IOMMU_CHECK, Verdict.OK, f"IOMMU default domain {mode.default_domain}{by}"
+            ),
+        ]
+    if mode.groups == 0:
+        return [
+            *unknown,
+            finding(
+                exp,
+                IOMMU_CHECK,
+                Verdict.OK,
+                f"IOMMU default domain {mode.default_domain}{by}, but no device joined an IOMMU "
+                "group: no IOMMU translates DMA",
+            ),
+        ]
+    return [
+        *unknown,
+        finding(
+            exp,
+            IOMMU_CHECK,
+            Verdict.WARN,
+            f"IOMMU default domain {mode.default_domain}{by} with {mode.groups} device(s) in "
+            "IOMMU groups: GPUDirect RDMA and GPU peer traffic are translated by the IOMMU; "
+            "boot with iommu=pt (NVIDIA GPUDirect RDMA, NCCL troubleshooting)",
+            measured=mode.groups,
+            unit="devices",
+        ),
+    ]

@@ -18,6 +18,7 @@ Data (docs/parse.md has the full contract)::
                        timestamp}]          one per "PCIe Bus Error" line
     aer_received:    [{port, source, severity, multiple, timestamp}]  one per "AER: ... error
                                             received" line of the port that took the message
+    iommu:           {default_domain, set_by, groups, timestamp} | null   the boot's IOMMU mode
 
 What the judges read of it: :func:`kernel_log_of` (a :class:`KernelLog`).
 
@@ -186,6 +187,14 @@ _AER_RECEIVED = re.compile(
     rf" (?:message )?received(?::| from) (?:id=(?P<id>{_HEX}{{4}})|(?P<src>{_PCI}))"
 )
 
+# "iommu: Default domain type: Translated" (a trailing blank on 5.x), "... Passthrough (set via
+# kernel command line)"; and each device an IOMMU driver takes: "pci 0000:00:01.0: Adding to
+# iommu group 0" (none: no IOMMU is active, whatever the default domain type says)
+_IOMMU_DOMAIN = re.compile(
+    r"iommu: Default domain type: (?P<type>[A-Za-z\-]{1,20})(?: \(set via (?P<by>[^)]{1,60})\))?"
+)
+_IOMMU_GROUP = "to iommu group"
+
 # a time inside the message: "kernel: [68183.615790] pcieport ..." (a journal that kept the
 # kernel's own time) and dmesg -H's relative "[  +0.000844] "
 _INNER_TIME = re.compile(r"\[ *\+?\d{1,12}\.\d{1,9}\] ?")
@@ -292,6 +301,8 @@ def parse_xid(text: str) -> ParseResult:
     unknown_prefix = 0
     banner: str | None = None
     aer = _AerReader()
+    iommu: dict[str, Any] | None = None
+    iommu_groups = 0
 
     def fell(pci: str | None, timestamp: str | None) -> None:
         key = _bus_key(pci)
@@ -312,6 +323,14 @@ def parse_xid(text: str) -> ParseResult:
             rest, timestamp, number, problems
         ):
             continue
+        if "iommu" in rest:
+            if _IOMMU_GROUP in rest:
+                iommu_groups += 1
+                continue
+            m = _IOMMU_DOMAIN.search(rest)
+            if m is not None:
+                iommu = {"default_domain": m["type"], "set_by": m["by"], "timestamp": timestamp}
+                continue
         at = rest.find("NVRM: Xid")
         if at >= 0:
             unknown_prefix += at > 0
@@ -356,6 +375,7 @@ def parse_xid(text: str) -> ParseResult:
         "counts": counts,
         "aer": aer.events,
         "aer_received": aer.received,
+        "iommu": None if iommu is None else {**iommu, "groups": iommu_groups},
     }
     if events or fallen or sxid or aer.events or aer.received:
         return ParseResult(KIND, True, data, tuple(problems))
@@ -428,6 +448,17 @@ class AerReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class IommuMode:
+    """The boot's IOMMU default domain type (``Translated``, ``Passthrough``, ...), what set it
+    (``kernel command line``; None: the kernel's default) and how many devices joined an IOMMU
+    group (0: no IOMMU is active)."""
+
+    default_domain: str
+    set_by: str | None
+    groups: int
+
+
+@dataclass(frozen=True, slots=True)
 class KernelLog:
     """The kernel log's GPU events and every device's PCIe AER errors, as the judges read them."""
 
@@ -435,6 +466,7 @@ class KernelLog:
     fallen_off_bus: tuple[FallenOffBus, ...]
     aer: tuple[AerEvent, ...] = ()
     aer_received: tuple[AerReceived, ...] = ()
+    iommu: IommuMode | None = None
 
 
 def _text(value: Any) -> str | None:
@@ -481,6 +513,18 @@ def kernel_log_of(data: Mapping[str, Any]) -> KernelLog:
             )
             for ev in data.get("aer_received") or ()
         ),
+        iommu=_iommu_of(data.get("iommu")),
+    )
+
+
+def _iommu_of(value: Any) -> IommuMode | None:
+    if not isinstance(value, Mapping) or not isinstance(value.get("default_domain"), str):
+        return None
+    groups = value.get("groups")
+    return IommuMode(
+        default_domain=value["default_domain"],
+        set_by=_text(value.get("set_by")),
+        groups=groups if isinstance(groups, int) and not isinstance(groups, bool) else 0,
     )
 
 
