@@ -45,6 +45,13 @@ def adapters(devices: tuple[PciDevice, ...]) -> list[PciDevice]:
     ]
 
 
+def _other(evidence: Evidence, kind: str) -> tuple[PciDevice, ...]:
+    """The devices of the other lspci output, where it is usable (its own judge says why not)."""
+    found = evidence.get(kind)
+    parsed = found.parse_as(kind) if found is not None and found.failure() is None else None
+    return pci_devices_of(parsed.data) if parsed is not None and parsed.recognised else ()
+
+
 def _short(name: str) -> str:
     """A device's name without lspci's ``(prog-if ...)`` and ``(rev ..)`` tails."""
     return name.split(" (prog-if", 1)[0].split(" (rev ", 1)[0][:80]
@@ -107,11 +114,8 @@ def judge_pcie_acs(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult
                 "above them cannot be found",
             )
         )
-    nics = evidence.get(NICS)
-    nic_result = nics.parse_as(NICS) if nics is not None and nics.failure() is None else None
-    if nic_result is not None and nic_result.recognised:
-        for nic in adapters(pci_devices_of(nic_result.data)):
-            endpoints[nic.address] = f"NIC {nic.address}"
+    for nic in adapters(_other(evidence, NICS)):
+        endpoints[nic.address] = f"NIC {nic.address}"
     bad, ports = acs_findings(bridges, endpoints)
     for bridge, labels in bad:
         on = " ".join(f"{flag}+" for flag in REDIRECTS if (bridge.acs_ctl or {}).get(flag))
@@ -177,11 +181,7 @@ def judge_nic_links(exp: NodeExpectation, evidence: Evidence) -> list[CheckResul
                 f"lspci shows no NVIDIA/Mellanox adapter; cluster.yml expects {len(exp.nics)}",
             ),
         ]
-    bridges: tuple[PciDevice, ...] = ()
-    found = evidence.get(BRIDGES)
-    parsed = found.parse_as(BRIDGES) if found is not None and found.failure() is None else None
-    if parsed is not None and parsed.recognised:
-        bridges = pci_devices_of(parsed.data)
+    bridges = _other(evidence, BRIDGES)
     for nic in nics:
         out.append(_nic_link(exp, nic, _parent(bridges, nic)))
     return out
