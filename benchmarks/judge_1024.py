@@ -3,9 +3,10 @@
 Run: .venv/bin/python benchmarks/judge_1024.py [--nodes N] [--jobs J]
 
 Each simulated node's outputs are real captures from tests/fixtures (HGX H100 `nvidia-smi -q`,
-`topo -m`, `nvlink -s`, NDR `ibstat`, nccl-tests all_reduce, all_gather, reduce_scatter and
-alltoall (sendrecv from the lab's stand-in: no whole real run was found), nvbandwidth, perftest,
-Fabric Manager status, kernel log, lspci, nvbandwidth GPU <-> GPU), with faults on some nodes
+`topo -m`, `topo -p2p r`, `nvlink -s`, NDR `ibstat`, nccl-tests all_reduce, all_gather,
+reduce_scatter and alltoall (sendrecv from the lab's stand-in: no whole real run was found),
+nvbandwidth, perftest, Fabric Manager status, kernel log, lspci, nvbandwidth GPU <-> GPU), with
+faults on some nodes
 (a node whose kernel log has Xid 48/63/94, a node with an A100 NV12 matrix, an unreachable
 node). Measures, in this process:
 loading the bundle, parsing and judging every node (all checks, fleet-relative judgement), and
@@ -49,6 +50,7 @@ NVLINK_E = "nvidia-smi/nvlink-e-a100-sxm4-40gb-gpu0-12links-535-tabs-blank-lines
 GOOD = {
     "smi-q": "nvidia-smi/nvsmi-q-full-h100-sxm-8gpu-565.txt",
     "topo": "topo/nvsmi-topo-m-h100-8gpu-6nic-blank-cpuaffinity.txt",
+    "topo-p2p": "topo/nvsmi-topo-p2p-r-h100-8gpu-all-ok-spaces.txt",
     "nvlink": "nvidia-smi/nvlink-status-a100-8gpu-space-indent.txt",
     "ibstat": "ib/ibstat-h100-ib-ndr400-all-active-space-indent.txt",
     "nccl": "nccl-tests/all-reduce-perf-a100-sxm4-40gb-8gpu-with-nccl-info-line.txt",
