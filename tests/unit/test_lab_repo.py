@@ -288,7 +288,7 @@ def test_node_apt_configuration(tmp_path: Path) -> None:
     assert not list((tmp_path / "etc/apt/apt.conf.d").iterdir())
     pin = (tmp_path / repo.APT_PREFERENCES).read_text()
     assert "Pin: release o=gpuctl-lab,a=gpuctl-lab\nPin-Priority: 1001" in pin
-    assert "Package: infiniband-diags ibverbs-utils perftest\n" in pin
+    assert "Package: infiniband-diags ibverbs-utils perftest pciutils\n" in pin
     proxy = repo.proxy_conf()  # what tests use on unprovisioned nodes
     assert 'Acquire::http::Proxy "http://198.18.0.1:3142";' in proxy
     assert 'Acquire::http::Proxy::198.18.0.1 "DIRECT";' in proxy  # the lab repo, not proxied

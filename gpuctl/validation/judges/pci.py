@@ -78,6 +78,23 @@ def acs_findings(
 
 @node_judge(BRIDGES)
 def judge_pcie_acs(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
+    found = evidence.get(BRIDGES)
+    if (
+        found is not None
+        and found.failure() is None
+        and found.rc in (0, None)
+        and not (found.text or "").strip()
+    ):
+        # lspci -d ::0604 ran and matched nothing: GPUs and adapters on the root bus (a VM)
+        return [
+            finding(
+                exp,
+                ACS_CHECK,
+                Verdict.OK,
+                "lspci lists no PCI bridge (-d ::0604 matched nothing): no switch port between "
+                "the GPUs and NICs",
+            )
+        ]
     result, unknown = usable_parse(exp, evidence, [BRIDGES], ACS_CHECK)
     if result is None:
         return unknown

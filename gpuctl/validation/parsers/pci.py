@@ -4,8 +4,8 @@ One kind, ``lspci``, for the verbose listing of pciutils 3.x with or without ``-
 and ``-nn`` (numeric ids), whole or filtered with ``-d`` (validation runs ``-d ::0604``, the PCI
 bridges, and ``-d 15b3:``, the NVIDIA/Mellanox adapters: kinds ``lspci.bridges`` and
 ``lspci.nics``). Only what the judges read is taken from each block; every other line is
-skipped. A filter that matches nothing prints nothing: empty output is recognised, with no
-devices.
+skipped. A filter that matches nothing prints nothing: empty output is not recognised (as for
+every parser); the ACS judge decides what an empty answer of lspci means.
 
 Data (docs/parse.md has the full contract)::
 
@@ -146,6 +146,8 @@ def parse_lspci(text: str) -> ParseResult:
         else:
             current["driver"] = rest.strip() or None
     data = {"devices": devices}
+    if not devices and not other:
+        return unrecognised(KIND, "empty input (an lspci -d filter that matched no device)")
     if not devices and other:
         return unrecognised(KIND, f"no lspci device lines ({problems[0] if problems else ''})")
     return ParseResult(KIND, True, data, tuple(problems))
