@@ -171,7 +171,9 @@ CASES = [
         "nccl.busbw",
         "< 460",
         level="standard",
-        also=NCCL | {"ib.write_bw", "ib.write_bw.fleet", "pcie.h2d", "pcie.d2h"},
+        # every bandwidth: the GPUs' copies with the host and with each other too
+        also=NCCL
+        | {"ib.write_bw", "ib.write_bw.fleet", "pcie.h2d", "pcie.d2h", "p2p.read", "p2p.write"},
     ),
 ]
 
