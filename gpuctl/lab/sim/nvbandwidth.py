@@ -145,12 +145,11 @@ def _matrix(profile: Profile, faults: Faults, gpus: list[Gpu], testcase: str) ->
     """A GPU x GPU testcase: v0.8 prints N/A on the diagonal and every row label setw(2)."""
     rows = []
     total = 0.0
+    refused = int((faults.get("p2p_disabled") or {}).get("gpu", -1))  # no peer access
     for row in gpus:
         cells = []
         for peer in gpus:
-            refused = faults.get("p2p_disabled") or {}
-            no_peer = refused and int(refused["gpu"]) in (row.physical, peer.physical)
-            if peer.index == row.index or no_peer:
+            if peer.index == row.index or refused in (row.physical, peer.physical):
                 cells.append(f"{'N/A':>10}")
                 continue
             value = _pair_gbs(profile, faults, row, peer, testcase)

@@ -84,6 +84,7 @@ def tree(profile: Profile, faults: Faults | None = None) -> list[Dev]:
         switch = int((gpus.get("pcie_switch") or list(range(len(bus_ids))))[i])
         numa = int((gpus.get("numa") or [0] * len(bus_ids))[i])
         dev = Dev(_bus(bus_id), 0, "gpu", gen, numa=numa, label=f"GPU{i}")
+        dev.extra["device"] = str(gpus.get("device_id", "0x0000")).lower()[2:6]
         switches.setdefault(switch, []).append(dev)
     used = {d.bus for devs in switches.values() for d in devs}
     degraded = faults.get("nic_pcie_degraded") or {}
@@ -137,22 +138,29 @@ def tree(profile: Profile, faults: Faults | None = None) -> list[Dev]:
     return sorted(out, key=lambda d: (d.bus, d.slot))
 
 
+def _port_of(profile: Profile, gpu: int) -> Dev | None:
+    """The port (root or switch downstream) the profile's GPU ``gpu`` is plugged into."""
+    devs = tree(profile)
+    target = next((d for d in devs if d.kind == "gpu" and d.label == f"GPU{gpu}"), None)
+    if target is None:
+        return None
+    return next(
+        (d for d in devs if d.kind in ("root", "downstream") and d.secondary == target.bus), None
+    )
+
+
 def port_above(profile: Profile, gpu: int) -> str:
     """The address of the port the profile's GPU ``gpu`` is plugged into."""
-    devs = tree(profile)
-    target = next(d for d in devs if d.kind == "gpu" and d.label == f"GPU{gpu}")
-    return next(
-        d.address for d in devs if d.kind in ("root", "downstream") and d.secondary == target.bus
-    )
+    port = _port_of(profile, gpu)
+    if port is None:
+        raise KeyError(f"no GPU {gpu} in the profile")
+    return port.address
 
 
 def has_switch_port(profile: Profile, gpu: int) -> bool:
     """Whether a PCIe switch's downstream port sits above the profile's GPU ``gpu``."""
-    devs = tree(profile)
-    target = next((d for d in devs if d.kind == "gpu" and d.label == f"GPU{gpu}"), None)
-    return target is not None and any(
-        d.kind == "downstream" and d.secondary == target.bus for d in devs
-    )
+    port = _port_of(profile, gpu)
+    return port is not None and port.kind == "downstream"
 
 
 # ------------------------------------------------------------------------------------------
@@ -225,13 +233,10 @@ def _block(dev: Dev, domain: bool, verbose: int) -> list[str]:
     return lines
 
 
-_CLASS = {"root": "0604", "upstream": "0604", "downstream": "0604", "gpu": "0302"}
-
-
-def _ids(dev: Dev, profile: Profile) -> tuple[str, str, str]:
+def _ids(dev: Dev) -> tuple[str, str, str]:
     """(vendor, device, class) as lspci -d compares them."""
     if dev.kind == "gpu":
-        return "10de", str(profile["gpus"]["device_id"]).lower()[2:6], "0302"
+        return "10de", dev.extra["device"], "0302"
     if dev.kind == "nic":
         return "15b3", dev.extra["device"], "0207" if "Infiniband" in dev.extra["class"] else "0200"
     return ("8086", "352a", "0604") if dev.kind == "root" else ("1000", "c030", "0604")
@@ -258,9 +263,7 @@ def lspci(profile: Profile, faults: Faults, args: list[str]) -> tuple[int, str, 
             return 2, "", f"lspci: invalid option -- '{arg.lstrip('-')[:1]}'\n"
     blocks = []
     for dev in tree(profile, faults):
-        if dev.kind == "gpu":
-            dev.extra["device"] = str(profile["gpus"]["device_id"]).lower()[2:6]
-        if select and not _matches(select, _ids(dev, profile)):
+        if select and not _matches(select, _ids(dev)):
             continue
         lines = _block(dev, domain, verbose)
         blocks.append("\n".join(lines) + ("\n\n" if verbose else "\n"))

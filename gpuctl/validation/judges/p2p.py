@@ -48,14 +48,12 @@ def _direction(
     if case is None or case.status != "passed":
         status = "not in the output" if case is None else case.status
         message = f": {case.message}" if case is not None and case.message else ""
-        verdict = Verdict.FAIL if case is not None and case.status in ("error", "waived") else (
-            Verdict.UNKNOWN
-        )  # fmt: skip
         # v0.8 on do not name what they waive: an unnamed waiver may be this testcase
         unnamed = run.waived - sum(1 for c in run.testcases if c.status == "waived")
         if case is None and unnamed > 0:
             status += f" ({unnamed} testcase(s) waived: peer access not possible?)"
-            verdict = Verdict.FAIL
+        refused = case.status in ("error", "waived") if case is not None else unnamed > 0
+        verdict = Verdict.FAIL if refused else Verdict.UNKNOWN
         return [
             finding(
                 exp,

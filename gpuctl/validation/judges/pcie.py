@@ -15,12 +15,11 @@ pattern, is FAIL.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from gpuctl.config.catalog import pcie_ceiling
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Evidence, Outputs, finding, node_judge, usable_parse
-from gpuctl.validation.judges.xid import event_time, xid_window_hours
+from gpuctl.validation.judges.xid import in_window, window_start
 from gpuctl.validation.parsers.kernel import kernel_log_of
 from gpuctl.validation.parsers.nvbandwidth import (
     NVBANDWIDTH,
@@ -206,7 +205,6 @@ class _Device:
     counts: dict[str, int] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)  # "Physical Layer: RxErr", in order
-    lines: list[str] = field(default_factory=list)
 
     def add(self, severity: str | None, text: str) -> None:
         if severity is None:
@@ -233,17 +231,10 @@ def judge_pcie_aer(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult
         return unknown
     log = kernel_log_of(result.data)
     problem = evidence.clock_problem
-    since = None
-    if evidence.now is not None and problem is None:
-        since = evidence.now - timedelta(hours=xid_window_hours())
-
-    def in_window(stamp: str | None) -> bool:
-        when = event_time(stamp)
-        return since is None or when is None or when >= since
-
+    since = window_start(None if problem else evidence.now)
     devices: dict[str, _Device] = {}
     for ev in log.aer:
-        if not in_window(ev.timestamp):
+        if not in_window(ev.timestamp, since):
             continue
         dev = devices.setdefault(ev.pci, _Device(ev.pci))
         ids = f" [{ev.device}]" if ev.device else ""
@@ -255,7 +246,7 @@ def judge_pcie_aer(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult
     # a port's "error received" lines for a device that printed no details of its own
     reported: dict[str, _Device] = {}
     for rec in log.aer_received:
-        if not in_window(rec.timestamp):
+        if not in_window(rec.timestamp, since):
             continue
         pci = rec.source or rec.port
         if pci in devices:
@@ -350,34 +341,19 @@ def judge_iommu(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
     if mode is None:
         return []
     by = f" (set via {mode.set_by})" if mode.set_by else ""
+    what = f"IOMMU default domain {mode.default_domain}{by}"
     if mode.default_domain.lower() in ("passthrough", "identity"):
-        return [
-            *unknown,
-            finding(
-                exp, IOMMU_CHECK, Verdict.OK, f"IOMMU default domain {mode.default_domain}{by}"
-            ),
-        ]
-    if mode.groups == 0:
-        return [
-            *unknown,
-            finding(
-                exp,
-                IOMMU_CHECK,
-                Verdict.OK,
-                f"IOMMU default domain {mode.default_domain}{by}, but no device joined an IOMMU "
-                "group: no IOMMU translates DMA",
-            ),
-        ]
-    return [
-        *unknown,
-        finding(
-            exp,
-            IOMMU_CHECK,
-            Verdict.WARN,
-            f"IOMMU default domain {mode.default_domain}{by} with {mode.groups} device(s) in "
-            "IOMMU groups: GPUDirect RDMA and GPU peer traffic are translated by the IOMMU; "
-            "boot with iommu=pt (NVIDIA GPUDirect RDMA, NCCL troubleshooting)",
-            measured=mode.groups,
-            unit="devices",
-        ),
-    ]
+        verdict, message = Verdict.OK, what
+    elif mode.groups == 0:
+        verdict = Verdict.OK
+        message = f"{what}, but no device joined an IOMMU group: no IOMMU translates DMA"
+    else:
+        verdict = Verdict.WARN
+        message = (
+            f"{what} with {mode.groups} device(s) in IOMMU groups: GPUDirect RDMA and GPU peer "
+            "traffic are translated by the IOMMU; boot with iommu=pt (NVIDIA GPUDirect RDMA, "
+            "NCCL troubleshooting)"
+        )
+    measured = mode.groups if verdict is Verdict.WARN else None
+    unit = "devices" if measured is not None else None
+    return [*unknown, finding(exp, IOMMU_CHECK, verdict, message, measured=measured, unit=unit)]

@@ -36,7 +36,7 @@ def fatal_xids(exp: NodeExpectation) -> tuple[frozenset[int], str]:
     return frozenset(int(x) for x in listed), exp.sources.get("xid_fatal") or "xid_fatal"
 
 
-def event_time(stamp: str | None) -> datetime | None:
+def _event_time(stamp: str | None) -> datetime | None:
     """ISO (`dmesg --time-format iso`) or ctime (`dmesg -T`) timestamps; None for others."""
     if stamp is None:
         return None
@@ -48,6 +48,19 @@ def event_time(stamp: str | None) -> datetime | None:
         except ValueError:
             return None
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def window_start(now: datetime | None) -> datetime | None:
+    """Where the window (data/xid.yml) that ends at ``now`` starts; None (``now`` None): the
+    whole log counts."""
+    return None if now is None else now - timedelta(hours=xid_window_hours())
+
+
+def in_window(stamp: str | None, since: datetime | None) -> bool:
+    """Whether a kernel log line printed at ``stamp`` counts: from ``since`` on, or at a time
+    that cannot be read (a log the collector bounded to the window is judged whole)."""
+    when = _event_time(stamp)
+    return since is None or when is None or when >= since
 
 
 def judge_xid(
@@ -63,10 +76,8 @@ def judge_xid(
     out = list(unknown)
     actions = xid_actions()
     default = str(load_data("xid.yml")["default_action"])
-    events = list(log.events)
-    if now is not None:
-        since = now - timedelta(hours=xid_window_hours())
-        events = [e for e in events if (when := event_time(e.timestamp)) is None or when >= since]
+    since = window_start(now)
+    events = [e for e in log.events if in_window(e.timestamp, since)]
     for fallen in log.fallen_off_bus:
         out.append(
             finding(
