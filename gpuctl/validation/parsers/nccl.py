@@ -33,12 +33,13 @@ What the judges read of it: :func:`nccl_run_of` (an :class:`NcclRun`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.validation.numbers import looks_numeric, number, to_count, to_float, to_int
+from gpuctl.validation.numbers import looks_numeric, number, to_count, to_float
 from gpuctl.validation.parsing import ParseResult, clean, parser
 
 KIND = "nccl"
@@ -61,7 +62,6 @@ _RANK = re.compile(  # Pid since nccl-tests 2019 (NCCL 2.4), Group since 2022 (2
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\S+)\s*(OK|FAILED)?", re.IGNORECASE)
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S*)")
 _TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-_DIGITS = re.compile(r"\d+")
 _PLACEHOLDER = re.compile(r"^\{[^{}]*\}$")
 _BINARY = re.compile(
     r"(?<![A-Za-z0-9])((?:all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|"
@@ -87,74 +87,116 @@ _FAILURES = re.compile(
     r"mpirun was unable to|Primary job\s+terminated normally, but",
     re.IGNORECASE,
 )
+# Lower-case text one of which every match of _FAILURES holds: an ASCII line without any is no
+# failure line, and the slow case-insensitive pattern is searched only where one is found (in
+# other text case folding differs: U+017F, the long s, matches "s": the pattern is searched).
+_FAILURE_HINT = re.compile(
+    r"failure|nccl error|not enough slots|mpirun|mpi_abort|exited on signal|segmentation fault|"
+    r"bus error|srun: error|error while loading|orte has lost|primary job"
+)
 _WARN = re.compile(r"\bNCCL WARN\b")
 _INFO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO\b")
 
 
-def _refused(tokens: list[str]) -> list[str]:
-    """The tokens of a result row that look like numbers but were refused (nan, inf, 1e400,
-    5,000 digits): their values are None, and the parser says so."""
-    return [t for t in tokens if number(t) is None and looks_numeric(t)]
+# A fleet's tables repeat the same short cells ("0.00", "N/A", the sizes): what number() and
+# looks_numeric() make of one is remembered (pure functions of the text); a long cell is not.
+_SHORT = 40
+_short_number = functools.lru_cache(maxsize=16384)(number)
+_short_looks_numeric = functools.lru_cache(maxsize=1024)(looks_numeric)
 
 
-def _side(tokens: list[str], error_column: str | None, time_ms: bool = False) -> dict[str, Any]:
-    """time algbw busbw wrong|error -> one half of a result row (``time_ms``: the first layout
-    printed the time in milliseconds; it is given in us like every later one)."""
-    value = number(tokens[3])
-    time = number(tokens[0])
+def _side(
+    cell: str,
+    time: int | float | None,
+    algbw: int | float | None,
+    busbw: int | float | None,
+    value: int | float | None,
+    error_column: str | None,
+    time_ms: bool,
+) -> dict[str, Any]:
+    """time algbw busbw wrong|error (the last ``cell``, read as ``value``) -> one half of a
+    result row (``time_ms``: the first layout printed the time in milliseconds; it is given in us
+    like every later one)."""
     if time_ms and time is not None:
         time = time * 1000
     column = error_column
     if column is None:  # no header: an integer is a #wrong count, a float the old error
-        token = tokens[3]
-        column = "wrong" if _DIGITS.fullmatch(token) else "error" if value is not None else None
+        # str.isdecimal() is the pattern \d+ (Unicode digits, category Nd)
+        column = "wrong" if cell.isdecimal() else "error" if value is not None else None
     return {
         "time_us": time,
-        "algbw": number(tokens[1]),
-        "busbw": number(tokens[2]),
+        "algbw": algbw,
+        "busbw": busbw,
         "wrong": value if column == "wrong" else None,
         "error": value if column == "error" else None,
     }
 
 
 def _row(
-    tokens: list[str], error_column: str | None, time_ms: bool = False
+    tokens: list[str], error_column: str | None, time_ms: bool, refused: list[str]
 ) -> dict[str, Any] | None:
-    """One table line, or None when it is not a result row of nccl-tests."""
-    if not 11 <= len(tokens) <= 13:
+    """One table line, or None when it is not a result row of nccl-tests. The cells of its two
+    halves that look like numbers but were refused (nan, inf, 1e400, 5,000 digits: their values
+    are None) are added to ``refused``, for the parser to say so."""
+    n = len(tokens)
+    if n < 11 or n > 13:
         return None
-    if not (_DIGITS.fullmatch(tokens[0]) and _DIGITS.fullmatch(tokens[1])):
+    first, second, kind = tokens[0], tokens[1], tokens[2]
+    # str.isdecimal() is the pattern \d+ (Unicode digits, category Nd); what is not ASCII, or
+    # longer than numbers.MAX_DIGITS, number() refuses
+    if not (first.isdecimal() and second.isdecimal() and _TYPE.fullmatch(kind)):
         return None
-    if not _TYPE.fullmatch(tokens[2]):
-        return None
-    size, count = to_int(tokens[0]), to_int(tokens[1])
+    size, count = _digits(first), _digits(second)
     if size is None or count is None:
         return None
-    middle = tokens[3:-8]
     redop: str | None = None
     root: int | float | None = None
-    if len(middle) == 2:
-        redop, root = middle[0], number(middle[1])
+    if n == 13:
+        redop, root = tokens[3], number(tokens[4])
         if root is None or not _TYPE.fullmatch(redop):
             return None
-    elif len(middle) == 1:
-        if _TYPE.fullmatch(middle[0]):
-            redop = middle[0]
+    elif n == 12:
+        if _TYPE.fullmatch(tokens[3]):
+            redop = tokens[3]
         else:
-            root = number(middle[0])
+            root = number(tokens[3])
             if root is None:
                 return None
+    # only the eight cells of the two halves can hold a refused number (a row whose size,
+    # count or root is not one is no row); look only where a cell gave no value
+    cells = tokens[-8:]
+    values = [_short_number(t) if len(t) <= _SHORT else number(t) for t in cells]
+    if None in values:
+        refused += [
+            t
+            for t, v in zip(cells, values, strict=True)
+            if v is None and (_short_looks_numeric(t) if len(t) <= _SHORT else looks_numeric(t))
+        ]
+    time, algbw, busbw, value, time_in, algbw_in, busbw_in, value_in = values
     return {
         "size": size,
         "count": count,
-        "type": tokens[2],
+        "type": kind,
         "redop": redop,
         "root": root,
-        "out_of_place": _side(tokens[-8:-4], error_column, time_ms),
-        "in_place": _side(tokens[-4:], error_column, time_ms),
+        "out_of_place": _side(cells[3], time, algbw, busbw, value, error_column, time_ms),
+        "in_place": _side(cells[7], time_in, algbw_in, busbw_in, value_in, error_column, time_ms),
     }
 
 
+def _is_failure(line: str) -> bool:
+    if line.isascii() and _FAILURE_HINT.search(line.lower()) is None:
+        return False
+    return _FAILURES.search(line) is not None
+
+
+def _digits(text: str) -> int | float | None:
+    """Digits (the pattern \\d+) as to_int() reads them: number() gives the same value."""
+    return _short_number(text) if len(text) <= _SHORT else number(text)
+
+
+# The runs of a fleet print the same "# nThread" line (their options, not measurements)
+@functools.lru_cache(maxsize=256)
 def _params(line: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, pattern in _PARAMS:
@@ -181,20 +223,10 @@ def _is_first_layout(line: str) -> bool:
     return "bytes" in words and "N" in words and "res" in words
 
 
-def _add_row(data: dict[str, Any], row: dict[str, Any], line: str, refused: list[str]) -> None:
-    sides = (row["out_of_place"], row["in_place"])
-    # only the eight cells of the two halves can hold a refused number (a row whose size,
-    # count or root is not one is no row); look only where a cell gave no value
-    if any(
-        side["time_us"] is None
-        or side["algbw"] is None
-        or side["busbw"] is None
-        or (side["wrong"] is None and side["error"] is None)
-        for side in sides
-    ):
-        refused += _refused(line.split()[-8:])
+def _add_row(data: dict[str, Any], row: dict[str, Any], line: str) -> None:
     data["rows"].append(row)
-    if any(isinstance(side["wrong"], int | float) and side["wrong"] > 0 for side in sides):
+    out_of_place, in_place = row["out_of_place"]["wrong"], row["in_place"]["wrong"]
+    if (out_of_place is not None and out_of_place > 0) or (in_place is not None and in_place > 0):
         data["errors"].append(line)
 
 
@@ -234,21 +266,49 @@ def parse_nccl(text: str) -> ParseResult:
     time_ms = False
 
     for raw in clean(text).split("\n"):
-        line = _PREFIX.sub("", raw, count=1)
+        line = _PREFIX.sub("", raw, count=1) if ":" in raw else raw  # both prefixes hold a ":"
         stripped = line.strip()
         if not stripped:
             continue
         # a result row first: most lines are rows, and a row is nothing else (only numbers,
         # a type and an op name: no failure text, no binary's name)
-        if stripped[0].isdigit() and (row := _row(stripped.split(), data["error_column"], time_ms)):
-            _add_row(data, row, stripped, refused)
+        if stripped[0].isdigit() and (
+            row := _row(stripped.split(), data["error_column"], time_ms, refused)
+        ):
+            _add_row(data, row, stripped)
             continue
-        if mentioned_test is None and (m := _BINARY.search(stripped)) is not None:
+        # each pattern searched below only where the words it needs are (a faster test)
+        if mentioned_test is None and "_perf" in stripped and (m := _BINARY.search(stripped)):
             mentioned_test = m.group(1)
         if _UNMARKED.match(stripped):
             stripped = "# " + stripped  # the first layout's unmarked header and trailer lines
         if stripped.startswith("#"):
-            if m := _TESTS_VERSION.match(stripped):
+            if m := _RANK.match(stripped):  # first: the most frequent "#" line
+                number_of, device_text = m.group(1), m.group(5)
+                rank, device = _digits(number_of), _digits(device_text)
+                pid_text = m.group(3)
+                pid = None if pid_text is None else _digits(pid_text)  # None: no Pid printed
+                if rank is None or device is None or (pid_text is not None and pid is None):
+                    problems.append(f"device list line not understood: {stripped[:120]!r}")
+                    continue
+                host: str | None = m.group(4)
+                if host is not None and _PLACEHOLDER.match(host):
+                    if host not in placeholders:
+                        placeholders.append(host)
+                    host = None
+                group = m.group(2)
+                data["ranks"].append(
+                    {
+                        "rank": rank,
+                        "group": None if group is None else _digits(group),
+                        "pid": pid,
+                        "host": host,
+                        "device": device,
+                        "busid": m.group(6).strip() or None,
+                        "name": m.group(7) or None,
+                    }
+                )
+            elif m := _TESTS_VERSION.match(stripped):
                 data["nccl_tests_version"] = m.group(1)
             elif m := _STARTING.match(stripped):
                 named_test = named_test or m.group(1)
@@ -258,29 +318,7 @@ def parse_nccl(text: str) -> ParseResult:
             elif _NTHREAD.match(stripped):
                 nthread_lines += 1
                 if data["params"] is None:
-                    data["params"] = _params(stripped)
-            elif m := _RANK.match(stripped):
-                rank, device = to_int(m.group(1)), to_int(m.group(5))
-                pid = None if m.group(3) is None else to_int(m.group(3))  # None: no Pid printed
-                if rank is None or device is None or (m.group(3) is not None and pid is None):
-                    problems.append(f"device list line not understood: {stripped[:120]!r}")
-                    continue
-                host: str | None = m.group(4)
-                if host is not None and _PLACEHOLDER.match(host):
-                    if host not in placeholders:
-                        placeholders.append(host)
-                    host = None
-                data["ranks"].append(
-                    {
-                        "rank": rank,
-                        "group": to_int(m.group(2)),
-                        "pid": pid,
-                        "host": host,
-                        "device": device,
-                        "busid": m.group(6).strip() or None,
-                        "name": m.group(7) or None,
-                    }
-                )
+                    data["params"] = dict(_params(stripped))  # a copy: the cache keeps its own
             elif _is_table_header(stripped):
                 tables += 1
                 time_ms = time_ms or _is_first_layout(stripped)
@@ -310,16 +348,16 @@ def parse_nccl(text: str) -> ParseResult:
                 else:
                     data["avg_busbw"] = avg
             continue
-        if m := _NCCL_VERSION.search(stripped):
+        if "NCCL version" in stripped and (m := _NCCL_VERSION.search(stripped)):
             data["nccl_version"] = data["nccl_version"] or m.group(1)
             continue
-        if _WARN.search(stripped):
+        if "NCCL WARN" in stripped and _WARN.search(stripped):
             data["warnings"].append(stripped)
             continue
-        if _FAILURES.search(stripped):
+        if _is_failure(stripped):
             data["errors"].append(stripped)
             continue
-        if _INFO.search(stripped):
+        if "NCCL INFO" in stripped and _INFO.search(stripped):
             continue  # NCCL's debug lines (a host name may start with a digit)
         if stripped[0].isdigit():  # not a row (tried first, above): a result line not read
             bad_rows.append(stripped)
