@@ -36,9 +36,7 @@ from gpuctl.lab.sim import perf as sim_perf
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.starter import starter
 from gpuctl.validation.capture import capture_output
-from gpuctl.validation.reports.html import render_html
-from gpuctl.validation.reports.junit import render_junit
-from gpuctl.validation.reports.prom import render_prometheus
+from gpuctl.validation.reports.write import write_reports
 from gpuctl.validation.suite import fewer_gc_passes, judge_directory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,10 +182,13 @@ def main() -> int:
         out = Path(tmp) / "out"
         out.mkdir()
         with fewer_gc_passes():
-            (out / "results.json").write_text(report.dumps(), encoding="utf-8")
-            (out / "results.xml").write_text(render_junit(report), encoding="utf-8")
-            (out / "gpuctl.prom").write_text(render_prometheus(report), encoding="utf-8")
-            (out / "report.html").write_text(render_html(report), encoding="utf-8")
+            files = [
+                ("json", out / "results.json"),
+                ("junit", out / "results.xml"),
+                ("prom", out / "gpuctl.prom"),
+                ("html", out / "report.html"),
+            ]
+            write_reports(report, files, jobs=args.jobs)
         end = time.perf_counter()
         checks = sum(len(n.checks) for n in report.nodes)
         s = report.summary()

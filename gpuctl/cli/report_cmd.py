@@ -6,18 +6,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console
+from gpuctl.cli.validate_cmd import write_report_files
 from gpuctl.errors import ConfigError, Problem, UsageError
-from gpuctl.fileio import TooLarge, UnsafePath, read_regular, write_atomic
+from gpuctl.fileio import TooLarge, UnsafePath, read_regular
 from gpuctl.validation.reports.drain import drain_reasons
-from gpuctl.validation.reports.html import render_html
-from gpuctl.validation.reports.junit import render_junit
-from gpuctl.validation.reports.prom import render_prometheus
 from gpuctl.validation.results import NotResults, ValidationReport, loads_results
-from gpuctl.validation.suite import fewer_gc_passes
 
 # a 1,024-node run writes ~20 MB of results.json; a device or a pipe is never read at all
 MAX_RESULTS = 512 << 20
@@ -38,12 +34,6 @@ def _load(path: Path) -> ValidationReport:
         return loads_results(raw)
     except NotResults as exc:
         raise ConfigError([Problem(f"not gpuctl results: {exc}", file=str(path))]) from None
-
-
-def _write(path: Path, text: str) -> None:
-    # a random temporary beside the target, renamed over it: a textfile collector never reads
-    # half a file, and a link planted at the target or at a temporary name is never followed
-    write_atomic(path, text)
 
 
 def report(
@@ -67,20 +57,8 @@ def report(
     rep = _load(results)
     if not any((html, junit, prom, drain)):
         raise UsageError("name at least one of --html, --junit, --prom, --drain-reasons")
+    write_report_files(rep, html, junit, prom)
     console = err_console()
-    with fewer_gc_passes():
-        try:
-            if html is not None:
-                _write(html, render_html(rep))
-                console.print(f"wrote {escape(str(html))}")
-            if junit is not None:
-                _write(junit, render_junit(rep))
-                console.print(f"wrote {escape(str(junit))}")
-            if prom is not None:
-                _write(prom / "gpuctl.prom", render_prometheus(rep))
-                console.print(f"wrote {escape(str(prom / 'gpuctl.prom'))}")
-        except OSError as exc:
-            raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
     if drain:
         for node, reason in drain_reasons(rep).items():
             typer.echo(f"{node}\t{reason}")

@@ -15,19 +15,16 @@ from gpuctl.cli.exit_codes import ExitCode
 from gpuctl.cli.output import err_console, literal, out_console, print_json
 from gpuctl.config import load_cluster
 from gpuctl.errors import UsageError
-from gpuctl.fileio import write_atomic
 from gpuctl.provision.runner import state_dir_for
 from gpuctl.validation.api import ValidateResult, drain_failed, judge_bundle, validate
 from gpuctl.validation.bundle import check_bundle_dir
 from gpuctl.validation.collector import DEFAULT_PARALLEL, LOST_PREFIX, ProgressEvent
 from gpuctl.validation.history import history_path
-from gpuctl.validation.reports.html import render_html
-from gpuctl.validation.reports.junit import render_junit
-from gpuctl.validation.reports.prom import render_prometheus
+from gpuctl.validation.reports.write import write_reports
 from gpuctl.validation.results import ValidationReport, Verdict
 from gpuctl.validation.scope import select_nodes
 from gpuctl.validation.slurm import DrainResult
-from gpuctl.validation.suite import fewer_gc_passes
+from gpuctl.validation.suite import fewer_gc_passes, usable_cores
 
 MAX_PROBLEMS_SHOWN = 4
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "unknown": "magenta"}
@@ -115,23 +112,24 @@ class _Progress:
             )
 
 
-def _write_reports(
+def write_report_files(
     report: ValidationReport, html: Path | None, junit: Path | None, prom: Path | None
 ) -> None:
-    console = err_console()
+    """Write the reports asked for (side by side for a large report: reports/write.py), then
+    name each file written; a file that cannot be written is a usage error."""
+    files = [
+        (fmt, path)
+        for fmt, path in (("html", html), ("junit", junit), ("prom", prom and prom / "gpuctl.prom"))
+        if path is not None
+    ]
     with fewer_gc_passes():
         try:
-            if html is not None:
-                write_atomic(html, render_html(report))
-                console.print(f"wrote {escape(str(html))}")
-            if junit is not None:
-                write_atomic(junit, render_junit(report))
-                console.print(f"wrote {escape(str(junit))}")
-            if prom is not None:
-                write_atomic(prom / "gpuctl.prom", render_prometheus(report))
-                console.print(f"wrote {escape(str(prom / 'gpuctl.prom'))}")
+            written = write_reports(report, files, jobs=usable_cores())
         except OSError as exc:
             raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    console = err_console()
+    for path in written:
+        console.print(f"wrote {escape(str(path))}")
 
 
 def _print_drain(result: DrainResult) -> None:
@@ -241,7 +239,7 @@ def validate_cmd(
                           on_progress=_Progress(),
                           history=history_path(state_dir_for(cluster)))  # fmt: skip
     report = result.report
-    _write_reports(report, html, junit, prom)
+    write_report_files(report, html, junit, prom)
     drained: DrainResult | None = None
     if drain:
         drained = drain_failed(loaded, report)

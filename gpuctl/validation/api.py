@@ -67,7 +67,7 @@ from gpuctl.validation.slurm import (
     plan,
     why_failed,
 )
-from gpuctl.validation.suite import judge_directory, not_judged
+from gpuctl.validation.suite import judge_directory, not_judged, usable_cores
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +114,7 @@ def _judge(
         now=now,
         clock_problem=clock_problem,
         generated_at=generated_at,
+        jobs=usable_cores(),
     )
     keep = set(nodes)
     extra = {

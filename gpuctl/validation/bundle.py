@@ -38,7 +38,7 @@ from typing import Any
 from gpuctl import __version__
 from gpuctl.config.model import LEVELS
 from gpuctl.errors import UsageError
-from gpuctl.fileio import UnsafePath, decode_json, read_inside
+from gpuctl.fileio import UnsafePath, decode_json, open_folder, read_in_folder, read_inside
 from gpuctl.fileio import write_atomic as write_atomic  # every bundle file, asserted by tests
 from gpuctl.remote import CANNOT_RUN_RC, NOT_FOUND_RC, ExecResult
 from gpuctl.validation.judges.base import ProbeOutput
@@ -202,12 +202,19 @@ class BundleFileError(Exception):
     """A file of a bundle that is not read or not understood; the message says why."""
 
 
-def read_bundle_file(root: Path, rel: str | Path, limit: int) -> bytes | None:
+def read_bundle_file(
+    root: Path, rel: str | Path, limit: int, *, folder: int | None = None
+) -> bytes | None:
     """The bytes of the regular file ``root/rel`` (None when absent); BundleFileError for a
     link, something that is not a regular file, a path out of ``root`` or more than ``limit``
-    bytes."""
+    bytes. ``folder``: ``rel``'s folder opened (:func:`gpuctl.fileio.open_folder`) by a reader
+    of many files in it; the file is then opened there by name."""
     try:
-        data = read_inside(root, rel, limit=limit + 1)
+        if folder is None:
+            data = read_inside(root, rel, limit=limit + 1)
+        else:
+            name = rel.rsplit("/", 1)[-1] if isinstance(rel, str) else rel.name
+            data = read_in_folder(folder, name, limit=limit + 1, shown=str(rel))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except UnsafePath as exc:
@@ -219,10 +226,13 @@ def read_bundle_file(root: Path, rel: str | Path, limit: int) -> bytes | None:
     return data
 
 
-def read_bundle_json(root: Path, rel: str | Path, limit: int = META_LIMIT) -> Any:
+def read_bundle_json(
+    root: Path, rel: str | Path, limit: int = META_LIMIT, *, folder: int | None = None
+) -> Any:
     """The JSON value of ``root/rel``; FileNotFoundError when absent, BundleFileError when it
-    cannot be read or is not JSON (not UTF-8, nested too deep, ...)."""
-    data = read_bundle_file(root, rel, limit)
+    cannot be read or is not JSON (not UTF-8, nested too deep, ...). ``folder``: as for
+    :func:`read_bundle_file`."""
+    data = read_bundle_file(root, rel, limit, folder=folder)
     if data is None:
         raise FileNotFoundError(str(rel))
     try:
@@ -328,11 +338,14 @@ def _probe_record(kind: str, info: Any) -> tuple[int | None, bool, str | None]:
     return rc, timed_out, error
 
 
-def read_node_meta(root: Path, name: str) -> tuple[dict[str, Any] | None, str | None]:
-    """``root/name/meta.json`` as an object, or why it cannot be used."""
+def read_node_meta(
+    root: Path, name: str, *, folder: int | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """``root/name/meta.json`` as an object, or why it cannot be used (``folder``: ``root/name``
+    opened, as for :func:`read_bundle_file`)."""
     rel = f"{name}/{META_FILE}"
     try:
-        meta = read_bundle_json(root, rel)
+        meta = read_bundle_json(root, rel, folder=folder)
     except FileNotFoundError:
         return None, f"{rel} is missing: how its probes ended is not recorded"
     except BundleFileError as exc:
@@ -355,7 +368,21 @@ def load_node_bundle(node: str, folder: Path) -> NodeBundle:
         return NodeBundle(node, problem=f"{name}: a symlink (never followed in a bundle): not read")
     if not stat.S_ISDIR(mode):
         return NodeBundle(node, problem=f"{name}: not a folder")
-    meta, problem = read_node_meta(root, name)
+    # every file is opened in the folder by name: one open per file, no walk from the root
+    try:
+        fd = open_folder(folder)
+    except UnsafePath:
+        return NodeBundle(node, problem=f"{name}: a symlink (never followed in a bundle): not read")
+    except OSError as exc:
+        return NodeBundle(node, problem=f"{name}: cannot be read: {exc.strerror or exc}")
+    try:
+        return _load_open_folder(node, root, name, fd)
+    finally:
+        os.close(fd)
+
+
+def _load_open_folder(node: str, root: Path, name: str, fd: int) -> NodeBundle:
+    meta, problem = read_node_meta(root, name, folder=fd)
     if meta is None:
         return NodeBundle(node, problem=problem)
     if meta.get("unreachable"):
@@ -366,7 +393,7 @@ def load_node_bundle(node: str, folder: Path) -> NodeBundle:
     if not isinstance(probes, dict):
         return NodeBundle(node, problem=f"{name}/{META_FILE}: probes is not an object")
     try:
-        files = {e.name[:-4] for e in os.scandir(folder) if e.name.endswith(".txt")}
+        files = {e.name[:-4] for e in os.scandir(fd) if e.name.endswith(".txt")}
     except OSError as exc:
         return NodeBundle(node, problem=f"{name}: cannot be listed: {exc.strerror or exc}")
     outputs: dict[str, ProbeOutput] = {}
@@ -376,7 +403,7 @@ def load_node_bundle(node: str, folder: Path) -> NodeBundle:
         rc, timed_out, error = _probe_record(kind, probes.get(kind, {}))
         text: str | None = None
         try:
-            data = read_bundle_file(root, f"{name}/{kind}.txt", OUTPUT_LIMIT)
+            data = read_bundle_file(root, f"{name}/{kind}.txt", OUTPUT_LIMIT, folder=fd)
         except BundleFileError as exc:
             rc, timed_out, error = None, False, str(exc)
         else:

@@ -10,6 +10,7 @@ judging raises anyway fails alone (``node.judged``); the other nodes are judged.
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -32,6 +33,15 @@ from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport,
 
 # Worker processes judge a cluster only when it has more nodes than this.
 POOL_MIN_NODES = 64
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity, as a container or cgroup sets it): how
+    many worker processes judge a large cluster or write its reports."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def judge_node(

@@ -298,3 +298,43 @@ def test_report_of_a_results_file_with_a_non_finite_number_never_crashes() -> No
     assert data["nodes"][0]["checks"][0]["verdict"] == "unknown"
     for render in (render_html, render_junit, render_prometheus):
         render(rep)
+
+
+def _write_every_format(tmp_path: Path, jobs: int) -> None:
+    from gpuctl.validation.reports.write import write_reports
+
+    rep = _report()
+    files = [
+        ("prom", tmp_path / "gpuctl.prom"),
+        ("json", tmp_path / "results.json"),
+        ("html", tmp_path / "report.html"),
+        ("junit", tmp_path / "results.xml"),
+    ]
+    assert write_reports(rep, files, jobs=jobs) == tuple(p for _, p in files)
+    assert (tmp_path / "gpuctl.prom").read_text() == render_prometheus(rep)
+    assert (tmp_path / "results.json").read_text() == rep.dumps()
+    assert (tmp_path / "report.html").read_text() == render_html(rep)
+    assert (tmp_path / "results.xml").read_text() == render_junit(rep)
+    # a file in a "folder" that is a file: its OSError, with its name
+    (tmp_path / "a-file").write_text("")
+    bad = tmp_path / "a-file" / "results.xml"
+    with pytest.raises(OSError) as caught:
+        write_reports(rep, [("json", tmp_path / "r.json"), ("junit", bad)], jobs=jobs)
+    assert "a-file" in str(caught.value.filename)
+    with pytest.raises(ValueError, match="no report format pdf"):
+        write_reports(rep, [("pdf", tmp_path / "r.pdf")], jobs=jobs)
+
+
+def test_write_reports_writes_what_each_renderer_renders(tmp_path: Path) -> None:
+    _write_every_format(tmp_path, jobs=1)
+
+
+def test_write_reports_in_forked_workers_writes_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large report's formats are rendered side by side in forked workers
+    (reports/write.py): the same bytes, the paths in the order asked, the same errors."""
+    from gpuctl.validation.reports import write
+
+    monkeypatch.setattr(write, "PARALLEL_MIN_CHECKS", 1)  # this small report counts as large
+    _write_every_format(tmp_path, jobs=2)
