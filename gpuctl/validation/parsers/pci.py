@@ -19,6 +19,7 @@ What the judges read of it: :func:`pci_devices_of` (a tuple of :class:`PciDevice
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,7 +62,13 @@ def _address(text: str) -> str:
     return text if text.count(":") == 2 else f"0000:{text}"
 
 
-def _link(line: str, status: bool) -> dict[str, Any]:
+# A fleet's lspci listings repeat the same link, bus and ACS lines (the same hardware, the same
+# states): what one such line reads as is remembered (bounded caches of pure functions of the
+# line; callers get a copy). A longer line is read afresh.
+_CACHED_LINE = 200
+
+
+def _read_link(line: str, status: bool) -> dict[str, Any]:
     speed = _SPEED.search(line)
     width = _WIDTH.search(line)
     out: dict[str, Any] = {
@@ -72,6 +79,47 @@ def _link(line: str, status: bool) -> dict[str, Any]:
         out["speed_downgraded"] = bool(speed and speed["sflag"] == "downgraded")
         out["width_downgraded"] = bool(width and width["wflag"] == "downgraded")
     return out
+
+
+_link_cached = functools.lru_cache(maxsize=2048)(_read_link)
+
+
+def _link(line: str, status: bool) -> dict[str, Any]:
+    if len(line) > _CACHED_LINE:
+        return _read_link(line, status)
+    return dict(_link_cached(line, status))
+
+
+def _read_bus(line: str) -> dict[str, Any] | None:
+    b = _BUS.match(line)
+    if b is None:
+        return None
+    return {"primary": _hex(b["p"]), "secondary": _hex(b["s"]), "subordinate": _hex(b["u"])}
+
+
+_bus_cached = functools.lru_cache(maxsize=2048)(_read_bus)
+
+
+def _bus(line: str) -> dict[str, Any] | None:
+    """The bus numbers of a ``Bus:`` line; None when it shows none."""
+    if len(line) > _CACHED_LINE:
+        return _read_bus(line)
+    bus = _bus_cached(line)
+    return None if bus is None else dict(bus)
+
+
+def _read_acs(line: str) -> dict[str, bool]:
+    return {f["name"]: f["state"] == "+" for f in _FLAG.finditer(line)}
+
+
+_acs_cached = functools.lru_cache(maxsize=1024)(_read_acs)
+
+
+def _acs(line: str) -> dict[str, bool]:
+    """The flags of an ``ACSCtl:`` line (``SrcValid+`` -> True)."""
+    if len(line) > _CACHED_LINE:
+        return _read_acs(line)
+    return dict(_acs_cached(line))
 
 
 def _new(m: re.Match[str]) -> dict[str, Any]:
@@ -91,12 +139,14 @@ def _new(m: re.Match[str]) -> dict[str, Any]:
 
 # The lines the parser reads: every unindented line (a device line, or not lspci at all) and the
 # indented lines it takes facts from; the regex engine skips the rest of a block (an HGX's
-# whole listing is ~17,000 lines, of which ~3,000 are read)
+# whole listing is ~17,000 lines, of which ~3,000 are read). Each match starts at the newline
+# before its line (a literal first character: the engine skips to the next newline quickly);
+# the text is read with a newline put before its first line.
 _READ = re.compile(
-    r"^(?:(?P<top>\S[^\n]*)"
-    r"|[ \t]+(?P<key>Bus: |Capabilities: |LnkCap:|LnkSta:|ACSCtl:|Kernel driver in use:)"
-    r"(?P<rest>[^\n]*))$",
-    re.MULTILINE,
+    r"\n(?:(?P<top>\S[^\n]*)"
+    r"|[ \t]++(?:Capabilities: (?P<cap>[^\n]*)|LnkCap:(?P<lnkcap>[^\n]*)"
+    r"|LnkSta:(?P<lnksta>[^\n]*)|(?P<bus>Bus: [^\n]*)|ACSCtl:(?P<acs>[^\n]*)"
+    r"|Kernel driver in use:(?P<driver>[^\n]*)))"
 )
 
 
@@ -106,9 +156,10 @@ def parse_lspci(text: str) -> ParseResult:
     problems: list[str] = []
     current: dict[str, Any] | None = None
     other = 0
-    for m in _READ.finditer(clean(text)):
-        top = m["top"]
-        if top is not None:
+    for m in _READ.finditer("\n" + clean(text)):
+        key = m.lastgroup  # the one group that matched: the line's kind
+        if key == "top":
+            top = m["top"]
             h = _HEADER.fullmatch(top.rstrip())
             if h is None:
                 other += 1
@@ -121,28 +172,24 @@ def parse_lspci(text: str) -> ParseResult:
             continue
         if current is None:
             continue
-        key, rest = m["key"], m["rest"]
-        if key == "Bus: ":
-            b = _BUS.match(key + rest)
-            if b is not None:
-                current["bus"] = {
-                    "primary": _hex(b["p"]),
-                    "secondary": _hex(b["s"]),
-                    "subordinate": _hex(b["u"]),
-                }
-        elif key == "Capabilities: ":
+        rest = m[m.lastindex or 0]  # that group's text
+        if key == "cap":
             if "<access denied>" in rest:
                 current["access_denied"] = True
             elif "Express" in rest and current["port_type"] is None:
                 e = _EXPRESS.search(rest)
                 if e is not None:
                     current["port_type"] = e["type"].strip()
-        elif key == "LnkCap:":
+        elif key == "lnkcap":
             current["link_cap"] = _link(rest, status=False)
-        elif key == "LnkSta:":
+        elif key == "lnksta":
             current["link_status"] = _link(rest, status=True)
-        elif key == "ACSCtl:":
-            current["acs_ctl"] = {f["name"]: f["state"] == "+" for f in _FLAG.finditer(rest)}
+        elif key == "bus":
+            bus = _bus(rest)
+            if bus is not None:
+                current["bus"] = bus
+        elif key == "acs":
+            current["acs_ctl"] = _acs(rest)
         else:
             current["driver"] = rest.strip() or None
     data = {"devices": devices}
