@@ -30,6 +30,7 @@ What real outputs look like, and how this module copes (contract: docs/parse.md)
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -67,11 +68,20 @@ def _text(value: str) -> str | None:
     return None if value in _PLACEHOLDERS else value
 
 
+# Listings repeat the same short values (port counts, lids): their reading is remembered
+_SHORT = 40
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_int(value: str) -> int | None:
+    return to_int(value, hex_prefix=True)
+
+
 def _int(value: str | None) -> int | None:
     """A decimal or ``0x`` hexadecimal integer; anything else (a sign, 5,000 digits) is None."""
     if value is None or value.strip()[:1] in ("-", "+"):
         return None
-    return to_int(value, hex_prefix=True)
+    return _short_int(value) if len(value) <= _SHORT else to_int(value, hex_prefix=True)
 
 
 def _name_code(value: str) -> tuple[str | None, int | None]:
@@ -119,6 +129,8 @@ _IBSTAT_PORT: dict[str, tuple[str, _Conv]] = {
 _IBSTAT_CA_KEYS = tuple(k for k, _ in _IBSTAT_CA.values())
 _IBSTAT_PORT_KEYS = tuple(k for k, _ in _IBSTAT_PORT.values())
 _IB_DIAG_MSG = re.compile(r"(?P<tag>ibpanic|iberror|ibwarn|ibstat)\s*:\s*(?P<msg>.*)")
+_IBSTAT_CA_HEADER = re.compile(r"CA\s+'(?P<name>[^']*)'")
+_IBSTAT_PORT_HEADER = re.compile(r"Port\s+(?P<n>\d+)\s*:")
 
 
 def _new_adapter(keys: tuple[str, ...]) -> dict[str, Any]:
@@ -145,7 +157,8 @@ def parse_ibstat(text: str) -> ParseResult:
         line = raw.strip()
         if not line:
             continue
-        diag = _IB_DIAG_MSG.fullmatch(line)
+        # every tag of _IB_DIAG_MSG starts with "ib" (a faster test first)
+        diag = _IB_DIAG_MSG.fullmatch(line) if line.startswith("ib") else None
         if diag is not None:
             if diag["tag"] == "ibwarn":
                 warnings.append(line)
@@ -153,7 +166,7 @@ def parse_ibstat(text: str) -> ParseResult:
                 errors.append(line)
                 problems.add(f"ibstat failed, the listing is incomplete: {line}")
             continue
-        m = re.fullmatch(r"CA\s+'(?P<name>[^']*)'", line)
+        m = _IBSTAT_CA_HEADER.fullmatch(line) if line.startswith("CA") else None
         if m is not None:
             ca_name, port = m["name"], None
             if not ca_name:
@@ -162,7 +175,7 @@ def parse_ibstat(text: str) -> ParseResult:
                 problems.add(f"CA {ca_name!r} listed twice; the last block is kept")
             cas[ca_name] = _new_adapter(_IBSTAT_CA_KEYS)
             continue
-        m = re.fullmatch(r"Port\s+(?P<n>\d+)\s*:", line)
+        m = _IBSTAT_PORT_HEADER.fullmatch(line) if line.startswith("Port") else None
         if m is not None:
             if ca_name is None:
                 problems.line("before the first CA header", line)
@@ -175,23 +188,26 @@ def parse_ibstat(text: str) -> ParseResult:
             continue
         kv = _split_kv(line)
         label = kv[0].lower() if kv else ""
-        if kv is None or ca_name is None or (label not in _IBSTAT_CA and label not in _IBSTAT_PORT):
+        in_port = label in _IBSTAT_PORT
+        if kv is None or ca_name is None or (not in_port and label not in _IBSTAT_CA):
             problems.line("ibstat" if ca_name is None else f"CA {ca_name!r}", line)
             continue
-        if label in _IBSTAT_PORT:
+        if in_port:
             if port is None:
                 problems.line(f"CA {ca_name!r} (port field before any 'Port N:')", line)
                 continue
-            target, where = port, f"CA {ca_name!r} port {port_name}"
+            target = port
             key, conv = _IBSTAT_PORT[label]
         else:
-            target, where = cas[ca_name], f"CA {ca_name!r}"
+            target = cas[ca_name]
             key, conv = _IBSTAT_CA[label]
         value = conv(kv[1])
-        if value is None:
-            problems.add(f"{where}: {kv[0]} has no usable value: {kv[1]!r}")
-        if target[key] is not None:
-            problems.add(f"{where}: {kv[0]} printed twice; the last is kept")
+        if value is None or target[key] is not None:
+            where = f"CA {ca_name!r} port {port_name}" if in_port else f"CA {ca_name!r}"
+            if value is None:
+                problems.add(f"{where}: {kv[0]} has no usable value: {kv[1]!r}")
+            if target[key] is not None:
+                problems.add(f"{where}: {kv[0]} printed twice; the last is kept")
         target[key] = value
 
     if not cas:
