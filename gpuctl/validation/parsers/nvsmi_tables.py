@@ -16,6 +16,7 @@ named in the GPU's ``errors`` list and in ``problems``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ def _truncated(name: str | None) -> bool:
 
 
 def _nonblank_lines(text: str) -> list[str]:
-    return [line.strip() for line in clean(text).split("\n") if line.strip()]
+    return [stripped for line in clean(text).split("\n") if (stripped := line.strip())]
 
 
 # ------------------------------------------------------------------------------------------
@@ -543,8 +544,23 @@ def parse_smi_table(text: str) -> ParseResult:
 # ------------------------------------------------------------------------------------------
 # nvlink
 
-_LINK_LINE = re.compile(r"Link\s+(\d+):\s*(.*?)")
+_LINK_LINE = re.compile(r"Link\s+(\d+):\s*(.*)")  # fullmatch: (.*) reads what (.*?) did
 _LINK_SPEED = re.compile(r"(\d+(?:\.\d+)?)\s*GB/s")
+# Every GPU of a fleet prints the same few link numbers and states ("Link 3: 25 GB/s"): what a
+# short one reads as is remembered (bounded caches of pure functions of the text)
+_SHORT = 40
+_short_int = functools.lru_cache(maxsize=1024)(to_int)
+
+
+def _read_link_state(value: str) -> tuple[int | float | None, bool | None]:
+    """``25 GB/s`` -> (25, True), ``<inactive>`` -> (None, False), else (None, None)."""
+    sm = _LINK_SPEED.fullmatch(value)
+    if sm:
+        return number(sm.group(1)), True
+    return None, False if value == "<inactive>" else None
+
+
+_short_link_state = functools.lru_cache(maxsize=1024)(_read_link_state)
 
 
 @parser(
@@ -558,17 +574,21 @@ def parse_nvlink(text: str) -> ParseResult:
         return unrecognised(kind, "empty input")
     problems: list[str] = []
     gpus: list[dict[str, Any]] = []
+    gpu_indexes: set[int | None] = set()
+    gpu_links: list[set[int]] = []  # the link numbers of each GPU in gpus, for repeats
     link_lines = 0
     nvlink_messages = 0
     for line in lines:
-        gm = _GPU_LINE.fullmatch(line)
-        lm = _LINK_LINE.fullmatch(line)
+        # each pattern starts with its literal word (a faster test first)
+        gm = _GPU_LINE.fullmatch(line) if line.startswith("GPU") else None
+        lm = None if gm or not line.startswith("Link") else _LINK_LINE.fullmatch(line)
         index = to_int(gm.group(1)) if gm else None
         if gm and index is None:
             problems.append(f"GPU line with an unreadable index: {line[:80]!r}")
         elif gm:
-            if any(g["index"] == index for g in gpus):
+            if index in gpu_indexes:
                 problems.append(f"GPU {index} appears twice")
+            gpu_indexes.add(index)
             gpus.append(
                 {
                     "index": index,
@@ -578,26 +598,25 @@ def parse_nvlink(text: str) -> ParseResult:
                     "message": None,
                 }
             )
+            gpu_links.append(set())
         elif lm:
             link_lines += 1
             if not gpus:
                 problems.append(f"link line before any GPU line: {line[:80]!r}")
                 continue
             gpu = gpus[-1]
-            link, value = to_int(lm.group(1)), lm.group(2)
+            number_text, value = lm.group(1), lm.group(2)
+            link = _short_int(number_text) if len(number_text) <= _SHORT else to_int(number_text)
             if link is None:
                 problems.append(f"GPU {gpu['index']}: unreadable link number {line[:80]!r}")
                 continue
-            if any(x["link"] == link for x in gpu["links"]):
+            if link in gpu_links[-1]:
                 problems.append(f"GPU {gpu['index']}: link {link} appears twice")
-            sm = _LINK_SPEED.fullmatch(value)
-            speed: int | float | None = None
-            active: bool | None = None
-            if sm:
-                speed, active = number(sm.group(1)), True
-            elif value == "<inactive>":
-                active = False
-            else:
+            gpu_links[-1].add(link)
+            speed, active = (
+                _short_link_state(value) if len(value) <= _SHORT else _read_link_state(value)
+            )
+            if active is None:
                 problems.append(f"GPU {gpu['index']} link {link}: cannot read {value[:40]!r}")
             gpu["links"].append({"link": link, "speed_gbs": speed, "active": active})
         elif gpus and not gpus[-1]["links"] and gpus[-1]["message"] is None:
