@@ -24,6 +24,7 @@ it: :func:`nvlink_errors_of` (an :class:`NvlinkErrors`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,21 +45,34 @@ def counter_key(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
+# The GPUs of a fleet print the same counter names, link numbers and (mostly zero) counts: what
+# a short text reads as is remembered (bounded caches of pure functions of the text)
+_SHORT = 40
+_key = functools.lru_cache(maxsize=1024)(counter_key)  # names: at most 81 characters
+_short_int = functools.lru_cache(maxsize=1024)(to_int)
+_short_count = functools.lru_cache(maxsize=4096)(to_count)
+
+
 @parser(KIND, description="nvidia-smi nvlink -e: per GPU, each NVLink's error counters")
 def parse_nvlink_errors(text: str) -> ParseResult:
-    lines = [line.strip() for line in clean(text).split("\n") if line.strip()]
+    lines = [stripped for line in clean(text).split("\n") if (stripped := line.strip())]
     if not lines:
         return unrecognised(KIND, "empty input")
     problems: list[str] = []
     gpus: list[dict[str, Any]] = []
+    gpu_indexes: set[int | None] = set()
+    entries: dict[int | None, dict[str, Any]] = {}  # the last GPU's links, by number
     names: dict[str, str] = {}
     counters = 0
     for line in lines:
-        gm, cm = _GPU.fullmatch(line), _COUNTER.fullmatch(line)
+        # each pattern starts with its literal word (a faster test first)
+        gm = _GPU.fullmatch(line) if line.startswith("GPU") else None
+        cm = None if gm or not line.startswith("Link") else _COUNTER.fullmatch(line)
         if gm:
             index = to_int(gm.group(1))
-            if any(g["index"] == index for g in gpus):
+            if index in gpu_indexes:
                 problems.append(f"GPU {index} appears twice")
+            gpu_indexes.add(index)
             gpus.append(
                 {
                     "index": index,
@@ -68,17 +82,19 @@ def parse_nvlink_errors(text: str) -> ParseResult:
                     "links": [],
                 }
             )
+            entries = {}
         elif cm and gpus:
             counters += 1
-            gpu, link = gpus[-1], to_int(cm.group(1))
+            gpu, number_text = gpus[-1], cm.group(1)
+            link = _short_int(number_text) if len(number_text) <= _SHORT else to_int(number_text)
             name, value = cm.group(2), cm.group(3)
-            key = counter_key(name)
+            key = _key(name)
             names.setdefault(key, name)
-            entry = next((x for x in gpu["links"] if x["link"] == link), None)
+            entry = entries.get(link)
             if entry is None:
-                entry = {"link": link, "counters": {}}
+                entry = entries[link] = {"link": link, "counters": {}}
                 gpu["links"].append(entry)
-            count = to_count(value)
+            count = _short_count(value) if len(value) <= _SHORT else to_count(value)
             if count is None:
                 problems.append(f"GPU {gpu['index']} link {link}: {name}: not a count: {value!r}")
             if key in entry["counters"]:
