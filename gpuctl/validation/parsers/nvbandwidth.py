@@ -29,6 +29,7 @@ What the judges read: :func:`nvbandwidth_run_of` (an :class:`NvbandwidthRun`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -60,10 +61,24 @@ _NUMBER = re.compile(r"-?\d{1,30}(?:\.\d{1,30})?")
 _NOTE = ("NOTE:", "Performance can vary", "Additional system-specific tuning")
 
 
+# The first characters of the patterns above: a line starting otherwise (a row of a matrix)
+# matches none of them
+_PATTERN_STARTS = frozenset("nBCDRSWE")
+
+
+def _bandwidth(token: str) -> float | None:
+    return to_float(token) if _NUMBER.fullmatch(token) else None
+
+
+# A fleet's matrices repeat the same short cells: their reading is remembered (bounded)
+_SHORT = 40
+_short_bandwidth = functools.lru_cache(maxsize=8192)(_bandwidth)
+
+
 def _value(token: str, problems: list[str], where: str) -> float | str | None:
     if token == "N/A":  # noqa: S105 - the placeholder nvbandwidth prints, not a secret
         return None
-    value = to_float(token) if _NUMBER.fullmatch(token) else None
+    value = _short_bandwidth(token) if len(token) <= _SHORT else _bandwidth(token)
     if value is None:
         problems.append(f"{where}: not a bandwidth {token[:40]!r}")
         return token[:40]
@@ -102,20 +117,21 @@ def parse_nvbandwidth(text: str) -> ParseResult:
     header_seen = False
     for number, raw in enumerate(body.split("\n"), 1):
         line = raw.strip()
-        where = f"line {number}"
         if not line:
             continue
-        if m := _VERSION.fullmatch(line):
+        where = f"line {number}"
+        pattern = line[0] in _PATTERN_STARTS  # whether a pattern below can match
+        if pattern and (m := _VERSION.fullmatch(line)):
             data["version"] = m.group(1)
-        elif m := _GIT.fullmatch(line):
+        elif pattern and (m := _GIT.fullmatch(line)):
             data["git_version"] = m.group(1) or None
-        elif m := _CUDA.fullmatch(line):
+        elif pattern and (m := _CUDA.fullmatch(line)):
             data["cuda_runtime"] = to_count(m.group(1))
-        elif _CUDA_DRIVER.fullmatch(line):
+        elif pattern and _CUDA_DRIVER.fullmatch(line):
             pass  # v0.5 to v0.8 print the runtime's version here again (output.cpp)
-        elif m := _DRIVER.fullmatch(line):
+        elif pattern and (m := _DRIVER.fullmatch(line)):
             data["driver_version"] = m.group(1)
-        elif m := _DEVICE.fullmatch(line):
+        elif pattern and (m := _DEVICE.fullmatch(line)):
             data["devices"].append(
                 {
                     "index": to_count(m.group(1)),
@@ -123,11 +139,11 @@ def parse_nvbandwidth(text: str) -> ParseResult:
                     "bus_id": m.group(3).lower() if m.group(3) else None,
                 }
             )
-        elif m := _RUNNING.fullmatch(line):
+        elif pattern and (m := _RUNNING.fullmatch(line)):
             current = _new_testcase(m.group(1))
             data["testcases"].append(current)
             header_seen = False
-        elif m := _SUM.fullmatch(line):
+        elif pattern and (m := _SUM.fullmatch(line)):
             total = to_float(m.group(2)) if _NUMBER.fullmatch(m.group(2)) else None
             if current is None or current["name"] != m.group(1):
                 problems.append(f"{where}: SUM of {m.group(1)} outside its testcase")
@@ -137,15 +153,15 @@ def parse_nvbandwidth(text: str) -> ParseResult:
                 problems.append(f"{where}: not a bandwidth sum {m.group(2)[:40]!r}")
             elif current["status"] == "incomplete":
                 current["status"] = "passed"
-        elif _VARIATION.fullmatch(line):
+        elif pattern and _VARIATION.fullmatch(line):
             pass  # the spread of the samples (v0.10): not judged
-        elif m := _WAIVING.fullmatch(line):
+        elif pattern and (m := _WAIVING.fullmatch(line)):
             data["waived"] += 1
             waived = _new_testcase(m.group(1))
             waived["status"] = "waived"
             data["testcases"].append(waived)
             current = None
-        elif m := _STATUS.fullmatch(line):
+        elif pattern and (m := _STATUS.fullmatch(line)):
             status, message = m.group(1), m.group(2).strip()
             if status == "Waived":
                 data["waived"] += 1
