@@ -138,25 +138,50 @@ class _Cells:
         self.off_diagonal_x: list[str] = []
         self.seen: set[str] = set()
         self.raw: set[str] = set()
+        # tokens known to be valid off the diagonal (NV<n> ones added as they are found)
+        self.ok: set[str] = set(valid) - {"X", ""}
 
     def valid_token(self, token: str) -> bool:
         return token in self.valid or (self.nvlink and bool(_NV.fullmatch(token)))
 
     def cell(self, row: str, col: str, value: str) -> str | None:
         """The value to store for an off-diagonal cell (None when it is not a valid token)."""
-        where = f"{row}->{col}"
         self.raw.add(value)
+        if value in self.valid and value != "X" and value:  # the common case, tested first
+            self.seen.add(value)
+            return value
         if not value:
-            self.blank.append(where)
+            self.blank.append(f"{row}->{col}")
             return None
         if value == "X":
-            self.off_diagonal_x.append(where)
+            self.off_diagonal_x.append(f"{row}->{col}")
             return None
         if not self.valid_token(value):
-            self.unknown.setdefault(value, []).append(where)
+            self.unknown.setdefault(value, []).append(f"{row}->{col}")
             return None
         self.seen.add(value)
+        self.ok.add(value)
         return value
+
+    def row(
+        self, device: str, devices: list[str], tokens: list[str], links: dict[str, str | None]
+    ) -> None:
+        """Store the matrix cells ``tokens`` of ``device``'s row (``devices``: the columns, in
+        order; ``device`` is one of them) in ``links``."""
+        d = devices.index(device)
+        off = tokens[:d] + tokens[d + 1 :]
+        if self.ok.issuperset(off):  # the common row: no cell to complain about, in bulk
+            self.raw.update(off)
+            self.seen.update(off)
+            links.update(zip(devices[:d] + devices[d + 1 :], off, strict=False))
+            if d < len(tokens):
+                self.diagonal(device, tokens[d])
+            return
+        for col, token in zip(devices, tokens, strict=False):
+            if col == device:
+                self.diagonal(device, token)
+            else:
+                links[col] = self.cell(device, col, token)
 
     def diagonal(self, device: str, value: str) -> None:
         self.raw.add(value)
@@ -366,12 +391,7 @@ def parse_topo(text: str) -> ParseResult:
             problems.append(
                 f"{device}: row has {len(row_cells)} of {len(devices)} matrix cells (cut short)"
             )
-        for j, token in enumerate(row_cells):
-            col = devices[j]
-            if col == device:
-                cells.diagonal(device, token)
-            else:
-                links[device][col] = cells.cell(device, col, token)
+        cells.row(device, devices, row_cells, links[device])
         if device in gpus:
             values = _split_trailing(
                 fields[1 + len(devices) :], trailing_names, tabbed, device, problems
