@@ -483,7 +483,11 @@ def _read_error_problem(errors: list[tuple[str, str, str]], label: str) -> list[
     return [f"{label}: read errors: {'; '.join(bad[:3])}{more}"]
 
 
-def extract(top: Node, gpus: list[tuple[Node, str | None]], problems: list[str]) -> dict[str, Any]:
+def extract(
+    top: Node, gpus: list[tuple[Node, str | None]], problems: list[str], *, read_errors: bool = True
+) -> dict[str, Any]:
+    """The data of ``top`` and its GPU sections; ``read_errors=False``: the caller knows that no
+    value in the tree is a read failure (no GPU section is searched for one)."""
     data: dict[str, Any] = {
         "timestamp": read_text(read_raw(top, ("timestamp",))),
         # 610 and later: "KMD Version" and "CUDA UMD Version"; the old labels stay, with a
@@ -495,7 +499,7 @@ def extract(top: Node, gpus: list[tuple[Node, str | None]], problems: list[str])
     }
     for index, (node, bus_id) in enumerate(gpus):
         gpu = _gpu(node, index, bus_id)
-        errors = _read_errors(node)
+        errors = _read_errors(node) if read_errors else []
         gpu["read_errors"] = [f"{labels}: {value}" for labels, _, value in errors]
         data["gpus"].append(gpu)
         problems += _read_error_problem(errors, f"GPU {index} ({gpu['pci_bus_id'] or 'no bus id'})")

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from gpuctl.validation.parsers.nvsmi_gpu import extract
 from gpuctl.validation.parsers.nvsmi_tree import (
+    ERROR_VALUES,
     MAX_DEPTH,
     Node,
     is_error_banner,
@@ -107,6 +109,16 @@ def _split_kv(stripped: str) -> tuple[str, str] | None:
 
 _ELIDED = ("", "", None)
 
+# What a line of the body is (the first item of :func:`_read_line`'s answer).
+_NODE = 0  # a -q line: a section header or a "Label : value" line
+_NODE_READ_ERROR = 1  # a -q line whose value is a read failure (ERROR_VALUES)
+_BLANK = 2
+_ODD = 3  # table borders, prose, anything that is not a -q line
+_ELIDED_LINE = 4  # "[...]": something was cut out
+_LOG_BANNER = 5  # "==============NVSMI LOG=============="
+_WARNING = 6  # "WARNING: ..." lines nvidia-smi prints before the log
+_ERROR_BANNER = 7  # an error message (is_error_banner), when the text may hold one
+
 
 @lru_cache(maxsize=65536)
 def _classify_line(stripped: str) -> tuple[str, str, str | None] | None:
@@ -125,14 +137,42 @@ def _classify_line(stripped: str) -> tuple[str, str, str | None] | None:
     return (key, label, value) if key else None
 
 
-def _read_line(line: str) -> tuple[int, tuple[str, str, str | None] | None]:
-    """(indent, what :func:`_classify_line` says) of one line; indent -1 for a blank line."""
+_LineInfo = tuple[int, int, tuple[str, str, str | None] | None]
+
+
+def _read_line(line: str) -> _LineInfo:
+    """(what the line is, its indent, what :func:`_classify_line` says of a -q line); the
+    classification is None where the line is no -q line (then the indent may be 0)."""
+    if is_error_banner(line):
+        return _ERROR_BANNER, 0, None
+    return _read_plain_line(line)
+
+
+def _read_plain_line(line: str) -> _LineInfo:
+    """:func:`_read_line` of a line that is not taken for an error message."""
     stripped = line.strip()
     if not stripped:
-        return -1, None
+        return _BLANK, 0, None
+    head = stripped[0]
+    if head == "=" and _BANNER.fullmatch(stripped):
+        return _LOG_BANNER, 0, None
+    if head in ("=", "w", "W") and stripped[:7].upper() == "WARNING":
+        return _WARNING, 0, None
     width = len(line) - len(line.lstrip(" \t"))
     indent = len(line[:width].expandtabs(4)) if "\t" in line[:width] else width
-    return indent, _classify_line(stripped)
+    kind = _classify_line(stripped)
+    if kind is None:
+        return _ODD, indent, None
+    if kind is _ELIDED:
+        return _ELIDED_LINE, indent, None
+    value = kind[2]
+    if value is not None and _is_read_error(value):
+        return _NODE_READ_ERROR, indent, kind
+    return _NODE, indent, kind
+
+
+def _is_read_error(value: str) -> bool:
+    return value.strip().lower() in ERROR_VALUES  # as nvsmi_gpu reads a value
 
 
 # Whole lines as read before (the lines of one GPU repeat, indentation included, for every GPU
@@ -141,31 +181,78 @@ _read_known_line = lru_cache(maxsize=65536)(_read_line)
 _LINE_CACHED = 160
 
 
-def _text_tree(lines: list[str]) -> tuple[Node, int, int]:
-    """Indentation -> tree. Returns (root, elided line count, lines not understood)."""
-    root = Node("", "", None)
-    stack: list[tuple[int, Node]] = []
-    elided = odd = 0
+@dataclass(slots=True)
+class _Body:
+    """What :func:`_read_body` found in the lines of ``nvidia-smi -q``."""
+
+    root: Node  # the -q lines as a tree (indentation -> nesting)
+    has_banner: bool = False  # the "==NVSMI LOG==" line
+    banners: list[str] = field(default_factory=list)  # error messages (is_error_banner)
+    warnings: list[str] = field(default_factory=list)
+    elided: int = 0  # "[...]" lines
+    odd: int = 0  # lines not understood (also those nested deeper than MAX_DEPTH)
+    read_errors: bool = False  # a value in the tree is a read failure (ERROR_VALUES)
+
+
+def _read_body(text: str, lines: list[str]) -> _Body:
+    """One pass over the lines: error messages (where ``may_have_banner(text)``), the
+    "==NVSMI LOG==" banner and WARNING lines leave the body; the rest, by indentation -> tree."""
+    new_node = object.__new__  # a Node without a call of its __init__ (one per line)
+    top: list[Node] = []
+    body = _Body(Node("", "", None, top))
+    # the open sections, innermost last: their indents, their nodes and their lists of children
+    # (None until the first child: a leaf keeps the shared empty tuple); the root's indent is
+    # below every line's (>= 0)
+    indents: list[int] = [-1]
+    opened: list[Node] = [body.root]
+    kids: list[list[Node] | None] = [top]
+    gate: bool | None = None  # may_have_banner(text), worked out at the first error message
+    read_errors = False
     for line in lines:
-        indent, kind = _read_known_line(line) if len(line) <= _LINE_CACHED else _read_line(line)
-        if indent < 0:  # blank
+        what, indent, kind = (
+            _read_known_line(line) if len(line) <= _LINE_CACHED else _read_line(line)
+        )
+        if kind is None:  # not a line of the tree
+            if what == _ERROR_BANNER:
+                if gate is None:
+                    gate = may_have_banner(text)
+                if gate:
+                    body.banners.append(line.strip())
+                    continue
+                what, indent, kind = _read_plain_line(line)
+            if kind is None:
+                if what == _ODD:
+                    body.odd += 1
+                elif what == _ELIDED_LINE:
+                    body.elided += 1
+                elif what == _LOG_BANNER:
+                    body.has_banner = True
+                elif what == _WARNING:
+                    body.warnings.append(line.strip())
+                continue
+        while indents[-1] >= indent:
+            indents.pop()
+            opened.pop()
+            kids.pop()
+        if len(indents) > MAX_DEPTH:
+            body.odd += 1
             continue
-        if kind is None:  # table borders, prose, anything that is not a -q line
-            odd += 1
-            continue
-        if kind is _ELIDED:
-            elided += 1
-            continue
-        node = Node(*kind)
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        if len(stack) >= MAX_DEPTH:
-            odd += 1
-            continue
-        parent = stack[-1][1] if stack else root
-        parent.children.append(node)
-        stack.append((indent, node))
-    return root, elided, odd
+        node = new_node(Node)
+        node.key, node.label, node.value = kind
+        node.children = ()
+        node.attrs = node._index = None
+        siblings = kids[-1]
+        if siblings is None:
+            siblings = kids[-1] = []
+            opened[-1].children = siblings
+        siblings.append(node)
+        indents.append(indent)
+        opened.append(node)
+        kids.append(None)
+        if what == _NODE_READ_ERROR:
+            read_errors = True
+    body.read_errors = read_errors
+    return body
 
 
 @parser(
@@ -179,26 +266,8 @@ def parse_smi_q(text: str) -> ParseResult:
     if any(line.lstrip().startswith("<") and "nvidia_smi_log" in line for line in lines[:5]):
         return unrecognised(KIND_Q, "this is the XML form (nvidia-smi -q -x): parse as smi-xml")
     problems: list[str] = []
-    flags = [is_error_banner(line) for line in lines] if may_have_banner(text) else []
-    banners = [line.strip() for line, bad in zip(lines, flags, strict=False) if bad]
-    body = [line for line, bad in zip(lines, flags, strict=False) if not bad] if banners else lines
-    # one pass: the "==NVSMI LOG==" banner and WARNING lines leave the body
-    has_banner = False
-    warnings: list[str] = []
-    kept: list[str] = []
-    for line in body:
-        head = line.lstrip()[:1]
-        if head in ("=", "w", "W"):
-            stripped = line.strip()
-            if head == "=" and _BANNER.fullmatch(stripped):
-                has_banner = True
-                continue
-            if stripped[:7].upper() == "WARNING":
-                warnings.append(stripped)
-                continue
-        kept.append(line)
-    body = kept
-    root, elided, odd = _text_tree(body)
+    body = _read_body(text, lines)
+    root, banners, warnings = body.root, body.banners, body.warnings
 
     gpus: list[tuple[Node, str | None]] = []
     loose: list[Node] = []
@@ -210,7 +279,7 @@ def parse_smi_q(text: str) -> ParseResult:
             loose.append(node)
     fragment = not gpus and any(n.key in _GPU_KEYS for n in loose)
     top_seen = [n.key for n in root.children if n.key in _TOP_KEYS]
-    if not (has_banner or gpus or fragment or top_seen):
+    if not (body.has_banner or gpus or fragment or top_seen):
         reason = "not nvidia-smi -q output (no NVSMI LOG banner, no 'GPU <bus id>' section)"
         return unrecognised(KIND_Q, f"{reason}: {banners[0]}" if banners else reason)
     if fragment:
@@ -230,13 +299,13 @@ def parse_smi_q(text: str) -> ParseResult:
     ]
     if missing:
         problems.append(f"header line(s) missing: {', '.join(missing)}")
-    if elided:
-        problems.append(f"output elided: {elided} '[...]' line(s), sections may be missing")
-    if odd:
-        problems.append(f"{odd} line(s) not understood")
+    if body.elided:
+        problems.append(f"output elided: {body.elided} '[...]' line(s), sections may be missing")
+    if body.odd:
+        problems.append(f"{body.odd} line(s) not understood")
     problems += [f"error message in output: {b}" for b in banners]
     problems += [f"warning in output: {w}" for w in warnings]
-    data = extract(root, gpus, problems)
+    data = extract(root, gpus, problems, read_errors=body.read_errors)
     data["warnings"] = warnings
     return ParseResult(KIND_Q, True, data, tuple(problems))
 

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 
 from gpuctl.validation.numbers import number
 
@@ -94,7 +95,8 @@ class Node:
     key: str  # normalised: lower case, runs of other characters -> "_"
     label: str  # as printed (text label or XML tag)
     value: str | None  # stripped; None for a section header
-    children: list[Node] = field(default_factory=list)
+    # a list; leaves of the -q text tree share one empty tuple (an object fewer per line)
+    children: Sequence[Node] = ()
     attrs: dict[str, str] | None = None  # XML attributes (text lines have none)
     # children by key (the first of each), built on the first look-up of a large section and
     # rebuilt when children were added since: (child count when built, index)
@@ -111,9 +113,8 @@ class Node:
         # a GPU section has ~60 children, each read by key: index them once
         index = self._index
         if index is None or index[0] != len(children):
-            first: dict[str, Node] = {}
-            for c in children:
-                first.setdefault(c.key, c)
+            # built from the last child to the first: the first of each key is the one kept
+            first = dict(zip(map(_KEY_OF, reversed(children)), reversed(children), strict=True))
             index = self._index = (len(children), first)
         return index[1].get(key)
 
@@ -134,6 +135,7 @@ class Node:
 
 
 _INDEXED = 12  # sections with fewer children are searched in order
+_KEY_OF = attrgetter("key")
 
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
@@ -150,19 +152,30 @@ def read_raw(node: Node | None, *paths: Path) -> str | None:
     """The value of the first path that exists with a value (as printed), else None."""
     if node is None:
         return None
-    for path in paths:
-        hit = node.find(path)
-        if hit is not None and hit.value is not None:
-            return hit.value
+    for path in paths:  # node.find(path), without a call per path
+        hit = node
+        for key in path:
+            below = hit.child(key)
+            if below is None:
+                break
+            hit = below
+        else:
+            if hit.value is not None:
+                return hit.value
     return None
 
 
 def find_section(node: Node | None, *paths: Path) -> Node | None:
     if node is None:
         return None
-    for path in paths:
-        hit = node.find(path)
-        if hit is not None:
+    for path in paths:  # node.find(path), without a call per path
+        hit = node
+        for key in path:
+            below = hit.child(key)
+            if below is None:
+                break
+            hit = below
+        else:
             return hit
     return None
 
@@ -191,7 +204,12 @@ def _placeholder(value: str | None) -> bool:
 
 
 def read_text(value: str | None) -> str | None:
-    return None if _placeholder(value) else strip_note(value or "")
+    """The value without a deprecation note; None for a placeholder (:func:`_placeholder`)."""
+    if value is None:
+        return None
+    text = strip_note(value)
+    low = text.lower()
+    return None if low == "" or low in PLACEHOLDERS or low in ERROR_VALUES else text
 
 
 def read_num(value: str | None) -> int | float | None:
@@ -218,7 +236,7 @@ def _read_num_uncached(value: str | None) -> int | float | None:
 
 
 def read_int(value: str | None) -> int | None:
-    n = read_num(value)
+    n = _read_num(value) if value is not None and len(value) <= _CACHED_VALUE else read_num(value)
     return n if isinstance(n, int) else None
 
 
