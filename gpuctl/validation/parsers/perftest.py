@@ -61,6 +61,25 @@ _ERROR = re.compile(
     r"unreachable|\bfatal\b|syndrom|state is down|\bnot supported\b",
     re.IGNORECASE,
 )
+# Lower-case text one of which every match of _WARNING (of _ERROR) holds: an ASCII line without
+# any is no warning (no error) line, and the slow case-insensitive pattern is searched only where
+# one is found (in other text case folding differs, U+017F the long s matches "s": searched)
+_WARNING_HINT = re.compile(
+    r"warning|cpu frequency|mtu|falling back|max msg size|might be too big|tx depth is|"
+    r"disabling|inline size"
+)
+_ERROR_HINT = re.compile(
+    r"couldn|could not|unable to|failed|failure|error|not found|devices|cannot|can't|cant|"
+    r"invalid|mismatch|timed out|timeout|segmentation fault|aborted|refused|unreachable|fatal|"
+    r"syndrom|state is down|not supported"
+)
+
+
+def _search_hinted(pattern: re.Pattern[str], hint: re.Pattern[str], line: str) -> bool:
+    if line.isascii() and hint.search(line.lower()) is None:
+        return False
+    return pattern.search(line) is not None
+
 
 # What perftest built with CUDA prints before the test when a buffer is in GPU memory
 # (--use_cuda=N, --use_cuda_dmabuf; linux-rdma/perftest src/cuda_memory.c): which GPUs it sees,
@@ -80,6 +99,8 @@ _CUDA_CHATTER = re.compile(
     r"There are \d+ devices supporting CUDA, picking first\.\.\.|"
     r"allocated GPU buffer address at \S+ pointer=\S+|deallocating (?:RX )?GPU buffer \S+)$"
 )
+# The first characters of the CUDA patterns above: a line starting otherwise is none of them
+_CUDA_STARTS = frozenset("CP[cauiLmdT")
 
 _BW_KEYS = ("bytes", "iterations", "bw_peak", "bw_average", "msg_rate")
 _LAT_KEYS = (
@@ -138,6 +159,8 @@ class _Block:
 
     def cuda_line(self, line: str) -> bool:
         """Reads one of perftest's CUDA lines into :attr:`cuda`; False for any other line."""
+        if line[:1] not in _CUDA_STARTS:
+            return False
         facts: dict[str, Any] = {}
         if m := _CUDA_LISTED.match(line):
             listed = {"index": to_count(m.group(1)), "pci": m.group(2).lower()}
@@ -306,9 +329,9 @@ def _line_kind_uncached(line: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     stripped = line.strip()
     if _SERVER_CM.search(stripped):
         return "server", ()
-    if _WARNING.search(stripped):
+    if _search_hinted(_WARNING, _WARNING_HINT, stripped):
         return "warning", ()
-    if _ERROR.search(stripped):
+    if _search_hinted(_ERROR, _ERROR_HINT, stripped):
         return "error", ()
     if _ADDRESS.match(stripped) or _GID.match(stripped):
         return "address", ()
@@ -323,6 +346,13 @@ def _line_kind_uncached(line: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 
 _BLOCK_STARTER = re.compile(r"BW peak won't be measured", re.IGNORECASE)
+
+
+def _block_starter(line: str) -> bool:
+    # ASCII text: the case-insensitive pattern matches where the lower-case text holds it
+    if line.isascii():
+        return "bw peak won't be measured" in line.lower()
+    return _BLOCK_STARTER.search(line) is not None
 
 
 @parser(
@@ -350,20 +380,21 @@ def parse_perftest(text: str) -> ParseResult:
     blocks: list[_Block] = [_Block()]
     for line in clean(text).split("\n"):
         stripped = line.strip()
-        if not stripped or _SEPARATOR.match(stripped):
+        # each pattern tried only where the line's first or last characters allow it
+        if not stripped or (stripped[0] in "-*" and _SEPARATOR.match(stripped)):
             continue
         block = blocks[-1]
-        if m := _TITLE.match(line):
+        if stripped.endswith("Test") and (m := _TITLE.match(line)):
             if block.started():
                 blocks.append(block := _Block())
             block.test = m.group(1)
             continue
-        if _BANNER.match(line):
+        if stripped[0] == "*" and _BANNER.match(line):
             if block.started():
                 blocks.append(block := _Block())
             block.server_signs = True
             continue
-        if _BLOCK_STARTER.search(stripped) and block.started():
+        if _block_starter(stripped) and block.started():
             blocks.append(block := _Block())
         _classify(block, line)
 
