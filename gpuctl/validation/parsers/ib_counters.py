@@ -24,6 +24,7 @@ of it: :func:`port_counters_of` (a tuple of :class:`PortCounters`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,15 +41,24 @@ _FIELD = re.compile(r"([A-Za-z][A-Za-z0-9]{1,60}):\.*\s*(\S+)")
 _NOT_COUNTERS = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
 
 
+# Ports print the same short counts (mostly 0): their reading is remembered (bounded)
+_SHORT = 40
+_short_count = functools.lru_cache(maxsize=4096)(to_count)
+
+
 @parser(KIND, description="perfquery [-x]: an InfiniBand port's error and data counters")
 def parse_perfquery(text: str) -> ParseResult:
-    lines = [line.strip() for line in clean(text).split("\n") if line.strip()]
+    lines = [stripped for line in clean(text).split("\n") if (stripped := line.strip())]
     if not lines:
         return unrecognised(KIND, "empty input")
     problems: list[str] = []
     blocks: list[dict[str, Any]] = []
     for line in lines:
-        head, field = _HEADER.fullmatch(line), _FIELD.fullmatch(line)
+        # a header starts with "#", a field with a letter: one pattern can match
+        if line[0] == "#":
+            head, field = _HEADER.fullmatch(line), None
+        else:
+            head, field = None, _FIELD.fullmatch(line)
         if head:
             blocks.append(
                 {
@@ -62,7 +72,7 @@ def parse_perfquery(text: str) -> ParseResult:
             name, value = field.group(1), field.group(2)
             if name in _NOT_COUNTERS:
                 continue
-            count = to_count(value)
+            count = _short_count(value) if len(value) <= _SHORT else to_count(value)
             if count is None:
                 problems.append(f"port {blocks[-1]['port']}: {name}: not a count: {value[:40]!r}")
             if name in blocks[-1]["counters"]:
