@@ -25,6 +25,7 @@ from gpuctl.validation.parsers.nvsmi_gpu import extract
 from gpuctl.validation.parsers.nvsmi_tree import (
     ERROR_VALUES,
     MAX_DEPTH,
+    Leaf,
     Node,
     is_error_banner,
     may_have_banner,
@@ -137,14 +138,15 @@ def _classify_line(stripped: str) -> tuple[str, str, str | None] | None:
     return (key, label, value) if key else None
 
 
-_LineInfo = tuple[int, int, tuple[str, str, str | None] | None]
+_LineInfo = tuple[int, int, tuple[str, str, str | None] | None, Leaf | None]
 
 
 def _read_line(line: str) -> _LineInfo:
-    """(what the line is, its indent, what :func:`_classify_line` says of a -q line); the
-    classification is None where the line is no -q line (then the indent may be 0)."""
+    """(what the line is, its indent, what :func:`_classify_line` says of a -q line, the
+    :class:`Leaf` of a "Label : value" line); the classification is None where the line is no
+    -q line (then the indent may be 0)."""
     if is_error_banner(line):
-        return _ERROR_BANNER, 0, None
+        return _ERROR_BANNER, 0, None, None
     return _read_plain_line(line)
 
 
@@ -152,23 +154,23 @@ def _read_plain_line(line: str) -> _LineInfo:
     """:func:`_read_line` of a line that is not taken for an error message."""
     stripped = line.strip()
     if not stripped:
-        return _BLANK, 0, None
+        return _BLANK, 0, None, None
     head = stripped[0]
     if head == "=" and _BANNER.fullmatch(stripped):
-        return _LOG_BANNER, 0, None
+        return _LOG_BANNER, 0, None, None
     if head in ("=", "w", "W") and stripped[:7].upper() == "WARNING":
-        return _WARNING, 0, None
+        return _WARNING, 0, None, None
     width = len(line) - len(line.lstrip(" \t"))
     indent = len(line[:width].expandtabs(4)) if "\t" in line[:width] else width
     kind = _classify_line(stripped)
     if kind is None:
-        return _ODD, indent, None
+        return _ODD, indent, None, None
     if kind is _ELIDED:
-        return _ELIDED_LINE, indent, None
+        return _ELIDED_LINE, indent, None, None
     value = kind[2]
-    if value is not None and _is_read_error(value):
-        return _NODE_READ_ERROR, indent, kind
-    return _NODE, indent, kind
+    if value is None:  # a section header: a node of its own in each tree (it gets children)
+        return _NODE, indent, kind, None
+    return (_NODE_READ_ERROR if _is_read_error(value) else _NODE), indent, kind, Leaf(*kind)
 
 
 def _is_read_error(value: str) -> bool:
@@ -176,7 +178,8 @@ def _is_read_error(value: str) -> bool:
 
 
 # Whole lines as read before (the lines of one GPU repeat, indentation included, for every GPU
-# and across a fleet); longer lines (none in real output) are read every time, never kept.
+# and across a fleet), with their Leaf: every tree with the line holds that one object (it
+# cannot change); longer lines (none in real output) are read every time, never kept.
 _read_known_line = lru_cache(maxsize=65536)(_read_line)
 _LINE_CACHED = 160
 
@@ -197,19 +200,17 @@ class _Body:
 def _read_body(text: str, lines: list[str]) -> _Body:
     """One pass over the lines: error messages (where ``may_have_banner(text)``), the
     "==NVSMI LOG==" banner and WARNING lines leave the body; the rest, by indentation -> tree."""
-    new_node = object.__new__  # a Node without a call of its __init__ (one per line)
     top: list[Node] = []
     body = _Body(Node("", "", None, top))
-    # the open sections, innermost last: their indents, their nodes and their lists of children
-    # (None until the first child: a leaf keeps the shared empty tuple); the root's indent is
-    # below every line's (>= 0)
+    # the open nodes, innermost last: their indents, the nodes and their lists of children
+    # (None until the first child); the root's indent is below every line's (>= 0)
     indents: list[int] = [-1]
     opened: list[Node] = [body.root]
     kids: list[list[Node] | None] = [top]
     gate: bool | None = None  # may_have_banner(text), worked out at the first error message
     read_errors = False
     for line in lines:
-        what, indent, kind = (
+        what, indent, kind, leaf = (
             _read_known_line(line) if len(line) <= _LINE_CACHED else _read_line(line)
         )
         if kind is None:  # not a line of the tree
@@ -219,7 +220,7 @@ def _read_body(text: str, lines: list[str]) -> _Body:
                 if gate:
                     body.banners.append(line.strip())
                     continue
-                what, indent, kind = _read_plain_line(line)
+                what, indent, kind, leaf = _read_plain_line(line)
             if kind is None:
                 if what == _ODD:
                     body.odd += 1
@@ -237,14 +238,17 @@ def _read_body(text: str, lines: list[str]) -> _Body:
         if len(indents) > MAX_DEPTH:
             body.odd += 1
             continue
-        node = new_node(Node)
-        node.key, node.label, node.value = kind
-        node.children = ()
-        node.attrs = node._index = None
         siblings = kids[-1]
-        if siblings is None:
+        if siblings is None:  # the first child of the innermost open node
             siblings = kids[-1] = []
-            opened[-1].children = siblings
+            parent = opened[-1]
+            if isinstance(parent, Leaf):  # a line with a value and lines under it
+                parent = opened[-1] = Node(parent.key, parent.label, parent.value)
+                grandparent = kids[-2]
+                if grandparent is not None:  # (never None: it holds the leaf, last)
+                    grandparent[-1] = parent
+            parent.children = siblings
+        node = Node(*kind) if leaf is None else leaf
         siblings.append(node)
         indents.append(indent)
         opened.append(node)

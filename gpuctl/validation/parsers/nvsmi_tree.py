@@ -137,6 +137,29 @@ class Node:
 _INDEXED = 12  # sections with fewer children are searched in order
 _KEY_OF = attrgetter("key")
 
+
+class Leaf(Node):
+    """A node without children that cannot change: one object can stand for a line in every
+    tree it is read into (nvsmi_query keeps one per -q line read before)."""
+
+    __slots__ = ()
+
+    def __init__(self, key: str, label: str, value: str | None) -> None:
+        init = object.__setattr__  # (Node's __init__ would call __setattr__ below)
+        init(self, "key", key)
+        init(self, "label", label)
+        init(self, "value", value)
+        init(self, "children", ())
+        init(self, "attrs", None)
+        init(self, "_index", None)  # child() sets it only where there are 12 children or more
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Leaf cannot change: {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Leaf cannot change: {name}")
+
+
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
 
