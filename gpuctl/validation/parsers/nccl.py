@@ -34,6 +34,7 @@ What the judges read of it: :func:`nccl_run_of` (an :class:`NcclRun`).
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,38 +99,28 @@ _WARN = re.compile(r"\bNCCL WARN\b")
 _INFO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO\b")
 
 
-# A fleet's tables repeat the same short cells ("0.00", "N/A", the sizes): what number() and
-# looks_numeric() make of one is remembered (pure functions of the text); a long cell is not.
+# What a result cell reads as: number()'s value, or _REFUSED where the cell looks like a number
+# that number() refused (nan, inf, 1e400, 5,000 digits). _REFUSED is a NaN, which number() never
+# returns; it is told apart by identity and never stored (the row gets None there).
+_REFUSED = math.nan
+
+
+def _cell(text: str) -> int | float | None:
+    value = number(text)
+    return _REFUSED if value is None and looks_numeric(text) else value
+
+
+# A fleet's tables repeat the same short cells ("0.00", "N/A", the sizes): what one reads as is
+# remembered (pure functions of the text); a long cell is not.
 _SHORT = 40
-_short_number = functools.lru_cache(maxsize=16384)(number)
-_short_looks_numeric = functools.lru_cache(maxsize=1024)(looks_numeric)
+_short_cell = functools.lru_cache(maxsize=16384)(_cell)
+_short_number = functools.lru_cache(maxsize=4096)(number)
 
 
-def _side(
-    cell: str,
-    time: int | float | None,
-    algbw: int | float | None,
-    busbw: int | float | None,
-    value: int | float | None,
-    error_column: str | None,
-    time_ms: bool,
-) -> dict[str, Any]:
-    """time algbw busbw wrong|error (the last ``cell``, read as ``value``) -> one half of a
-    result row (``time_ms``: the first layout printed the time in milliseconds; it is given in us
-    like every later one)."""
-    if time_ms and time is not None:
-        time = time * 1000
-    column = error_column
-    if column is None:  # no header: an integer is a #wrong count, a float the old error
-        # str.isdecimal() is the pattern \d+ (Unicode digits, category Nd)
-        column = "wrong" if cell.isdecimal() else "error" if value is not None else None
-    return {
-        "time_us": time,
-        "algbw": algbw,
-        "busbw": busbw,
-        "wrong": value if column == "wrong" else None,
-        "error": value if column == "error" else None,
-    }
+def _column(cell: str, value: int | float | None) -> str | None:
+    """The error column a table without a header has: an integer is a #wrong count, a float the
+    old error (str.isdecimal() is the pattern \\d+: Unicode digits, category Nd)."""
+    return "wrong" if cell.isdecimal() else "error" if value is not None else None
 
 
 def _row(
@@ -137,7 +128,11 @@ def _row(
 ) -> dict[str, Any] | None:
     """One table line, or None when it is not a result row of nccl-tests. The cells of its two
     halves that look like numbers but were refused (nan, inf, 1e400, 5,000 digits: their values
-    are None) are added to ``refused``, for the parser to say so."""
+    are None) are added to ``refused``, for the parser to say so.
+
+    A half is ``time algbw busbw wrong|error`` -> ``{time_us, algbw, busbw, wrong, error}``
+    (``time_ms``: the first layout printed the time in milliseconds; it is given in us like
+    every later one)."""
     n = len(tokens)
     if n < 11 or n > 13:
         return None
@@ -163,24 +158,39 @@ def _row(
             if root is None:
                 return None
     # only the eight cells of the two halves can hold a refused number (a row whose size,
-    # count or root is not one is no row); look only where a cell gave no value
+    # count or root is not one is no row)
     cells = tokens[-8:]
-    values = [_short_number(t) if len(t) <= _SHORT else number(t) for t in cells]
-    if None in values:
-        refused += [
-            t
-            for t, v in zip(cells, values, strict=True)
-            if v is None and (_short_looks_numeric(t) if len(t) <= _SHORT else looks_numeric(t))
-        ]
+    values = [_short_cell(t) if len(t) <= _SHORT else _cell(t) for t in cells]
+    if _REFUSED in values:
+        refused += [t for t, v in zip(cells, values, strict=True) if v is _REFUSED]
+        values = [None if v is _REFUSED else v for v in values]
     time, algbw, busbw, value, time_in, algbw_in, busbw_in, value_in = values
+    if time_ms:
+        time = None if time is None else time * 1000
+        time_in = None if time_in is None else time_in * 1000
+    column = column_in = error_column
+    if error_column is None:
+        column, column_in = _column(cells[3], value), _column(cells[7], value_in)
     return {
         "size": size,
         "count": count,
         "type": kind,
         "redop": redop,
         "root": root,
-        "out_of_place": _side(cells[3], time, algbw, busbw, value, error_column, time_ms),
-        "in_place": _side(cells[7], time_in, algbw_in, busbw_in, value_in, error_column, time_ms),
+        "out_of_place": {
+            "time_us": time,
+            "algbw": algbw,
+            "busbw": busbw,
+            "wrong": value if column == "wrong" else None,
+            "error": value if column == "error" else None,
+        },
+        "in_place": {
+            "time_us": time_in,
+            "algbw": algbw_in,
+            "busbw": busbw_in,
+            "wrong": value_in if column_in == "wrong" else None,
+            "error": value_in if column_in == "error" else None,
+        },
     }
 
 
@@ -223,13 +233,6 @@ def _is_first_layout(line: str) -> bool:
     return "bytes" in words and "N" in words and "res" in words
 
 
-def _add_row(data: dict[str, Any], row: dict[str, Any], line: str) -> None:
-    data["rows"].append(row)
-    out_of_place, in_place = row["out_of_place"]["wrong"], row["in_place"]["wrong"]
-    if (out_of_place is not None and out_of_place > 0) or (in_place is not None and in_place > 0):
-        data["errors"].append(line)
-
-
 @parser(
     KIND,
     description="nccl-tests (all_reduce_perf, all_gather_perf, ...): per-size table and trailer",
@@ -264,6 +267,7 @@ def parse_nccl(text: str) -> ParseResult:
     refused: list[str] = []
     nthread_lines = 0
     time_ms = False
+    rows = data["rows"]
 
     for raw in clean(text).split("\n"):
         line = _PREFIX.sub("", raw, count=1) if ":" in raw else raw  # both prefixes hold a ":"
@@ -275,7 +279,12 @@ def parse_nccl(text: str) -> ParseResult:
         if stripped[0].isdigit() and (
             row := _row(stripped.split(), data["error_column"], time_ms, refused)
         ):
-            _add_row(data, row, stripped)
+            rows.append(row)
+            wrong, wrong_in_place = row["out_of_place"]["wrong"], row["in_place"]["wrong"]
+            if (wrong is not None and wrong > 0) or (
+                wrong_in_place is not None and wrong_in_place > 0
+            ):
+                data["errors"].append(stripped)
             continue
         # each pattern searched below only where the words it needs are (a faster test)
         if mentioned_test is None and "_perf" in stripped and (m := _BINARY.search(stripped)):
@@ -283,6 +292,8 @@ def parse_nccl(text: str) -> ParseResult:
         if _UNMARKED.match(stripped):
             stripped = "# " + stripped  # the first layout's unmarked header and trailer lines
         if stripped.startswith("#"):
+            if stripped == "#":
+                continue  # a separator: no pattern below matches it
             if m := _RANK.match(stripped):  # first: the most frequent "#" line
                 number_of, device_text = m.group(1), m.group(5)
                 rank, device = _digits(number_of), _digits(device_text)
