@@ -338,3 +338,20 @@ def test_write_reports_in_forked_workers_writes_the_same(
 
     monkeypatch.setattr(write, "PARALLEL_MIN_CHECKS", 1)  # this small report counts as large
     _write_every_format(tmp_path, jobs=2)
+
+
+def test_a_check_result_pickles_with_every_field() -> None:
+    """CheckResult.__reduce__ names its fields one by one (worker processes return results
+    pickled): a field added to the class and not to __reduce__ would be lost on the way."""
+    import dataclasses
+    import pickle
+
+    values: dict[str, Any] = {}
+    for i, f in enumerate(dataclasses.fields(CheckResult)):
+        values[f.name] = (
+            Verdict.WARN if f.name == "verdict" else (f"e{i}",) if f.name == "evidence" else i
+        )
+    check = CheckResult(**values)
+    back = pickle.loads(pickle.dumps(check))
+    assert back == check
+    assert [getattr(back, f.name) for f in dataclasses.fields(CheckResult)] == list(values.values())
