@@ -47,7 +47,9 @@ _P2P_TOKENS = frozenset({"X", "OK", "CNS", "GNS", "TNS", "NS", "DR", "U"})
 _P2P_SET_TEXT = "X, OK, CNS, GNS, TNS, NS, DR, U"
 _PLACEHOLDERS = frozenset({"N/A", "[N/A]", "[Not Supported]", "Unknown Error", "ERR!"})
 _CPU_LIST = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
-_LEGEND_ENTRY = re.compile(r"\s*([A-Za-z0-9#]+)\s*=\s*(.*?)\s*")
+# the meaning is the rest of the line without its trailing blanks: (.*) and rstrip() read what
+# (.*?)\s* does under fullmatch, without the lazy pattern's step per character
+_LEGEND_ENTRY = re.compile(r"\s*([A-Za-z0-9#]+)\s*=\s*(.*)")
 _NIC_LEGEND_ENTRY = re.compile(r"\s*(NIC\d+)\s*:\s*(\S+)\s*")
 
 
@@ -108,7 +110,7 @@ def _legends(
         if section == "legend" and legend is not None:
             m = _LEGEND_ENTRY.fullmatch(line)
             if m and m.group(1) not in legend:
-                legend[m.group(1)] = m.group(2)
+                legend[m.group(1)] = m.group(2).rstrip()
             elif not m:
                 section = None  # something else follows the legend
         elif section == "nic" and nic_legend is not None:
