@@ -220,6 +220,16 @@ def _pcie(gpu: Node) -> dict[str, Any] | None:
     }
 
 
+_REASON_PREFIX = re.compile(r"^clocks_(?:event|throttle)_reason_")
+
+
+@lru_cache(maxsize=1024)
+def _reason_name(key: str) -> str:
+    """The name in data of the reason with ``key`` (keys repeat for every GPU)."""
+    key = _REASON_PREFIX.sub("", key)
+    return _REASON_NAMES.get(key, key)
+
+
 def _clocks_event_reasons(gpu: Node) -> tuple[str | None, dict[str, bool | None] | None]:
     sec = find_section(gpu, ("clocks_event_reasons",), ("clocks_throttle_reasons",))
     if sec is None:
@@ -228,8 +238,7 @@ def _clocks_event_reasons(gpu: Node) -> tuple[str | None, dict[str, bool | None]
     for _, node in sec.walk():
         if node.value is None:
             continue
-        key = re.sub(r"^clocks_(?:event|throttle)_reason_", "", node.key)
-        out[_REASON_NAMES.get(key, key)] = read_active(node.value)
+        out[_reason_name(node.key)] = read_active(node.value)
     # which name the driver used: "Clocks Throttle Reasons" (older), "Clocks Event Reasons"
     name = "Clocks Throttle Reasons" if "throttle" in sec.key else "Clocks Event Reasons"
     return name, out

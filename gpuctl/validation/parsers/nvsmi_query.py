@@ -199,14 +199,18 @@ class _Body:
 
 def _read_body(text: str, lines: list[str]) -> _Body:
     """One pass over the lines: error messages (where ``may_have_banner(text)``), the
-    "==NVSMI LOG==" banner and WARNING lines leave the body; the rest, by indentation -> tree."""
-    top: list[Node] = []
-    body = _Body(Node("", "", None, top))
-    # the open nodes, innermost last: their indents, the nodes and their lists of children
-    # (None until the first child); the root's indent is below every line's (>= 0)
-    indents: list[int] = [-1]
-    opened: list[Node] = [body.root]
-    kids: list[list[Node] | None] = [top]
+    "==NVSMI LOG==" banner and WARNING lines leave the body; the rest, by indentation -> tree.
+
+    The open nodes are the last node read and the nodes it is under (``parents``, the root
+    first). A line goes under the innermost open node with a smaller indent (the root's, -1,
+    is smaller than every line's) and closes the open nodes after that one; a line that would
+    go deeper than MAX_DEPTH is not kept."""
+    first: list[Node] = []
+    body = _Body(Node("", "", None, first))
+    parents: list[tuple[int, Node, list[Node]]] = []  # (indent, node, its children)
+    # the last node: its children are None until the first (a Leaf is replaced then)
+    last_kids: list[Node] | None = first
+    last_indent, last_node = -1, body.root
     gate: bool | None = None  # may_have_banner(text), worked out at the first error message
     read_errors = False
     for line in lines:
@@ -231,28 +235,25 @@ def _read_body(text: str, lines: list[str]) -> _Body:
                 elif what == _WARNING:
                     body.warnings.append(line.strip())
                 continue
-        while indents[-1] >= indent:
-            indents.pop()
-            opened.pop()
-            kids.pop()
-        if len(indents) > MAX_DEPTH:
-            body.odd += 1
-            continue
-        siblings = kids[-1]
-        if siblings is None:  # the first child of the innermost open node
-            siblings = kids[-1] = []
-            parent = opened[-1]
-            if isinstance(parent, Leaf):  # a line with a value and lines under it
-                parent = opened[-1] = Node(parent.key, parent.label, parent.value)
-                grandparent = kids[-2]
-                if grandparent is not None:  # (never None: it holds the leaf, last)
-                    grandparent[-1] = parent
-            parent.children = siblings
+        if indent > last_indent:  # under the last node
+            if len(parents) >= MAX_DEPTH:
+                body.odd += 1
+                continue
+            if last_kids is None:  # its first child
+                last_kids = []
+                if isinstance(last_node, Leaf):  # a line with a value and lines under it
+                    last_node = Node(last_node.key, last_node.label, last_node.value)
+                    parents[-1][2][-1] = last_node  # (the leaf is its parent's last child)
+                last_node.children = last_kids
+            parents.append((last_indent, last_node, last_kids))
+            siblings = last_kids
+        else:  # the last node is closed, and the parents with an indent as large as this
+            while parents[-1][0] >= indent:
+                parents.pop()
+            siblings = parents[-1][2]  # (no deeper than the last node: no depth to check)
         node = Node(*kind) if leaf is None else leaf
         siblings.append(node)
-        indents.append(indent)
-        opened.append(node)
-        kids.append(None)
+        last_indent, last_node, last_kids = indent, node, None
         if what == _NODE_READ_ERROR:
             read_errors = True
     body.read_errors = read_errors

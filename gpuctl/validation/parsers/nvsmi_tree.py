@@ -130,8 +130,9 @@ class Node:
         """Every descendant with its path of labels ("ECC Errors/Volatile/...")."""
         for c in self.children:
             yield c.label, c
-            for sub, node in c.walk():
-                yield f"{c.label}/{sub}", node
+            if c.children:  # (a leaf's walk yields nothing)
+                for sub, node in c.walk():
+                    yield f"{c.label}/{sub}", node
 
 
 _INDEXED = 12  # sections with fewer children are searched in order
