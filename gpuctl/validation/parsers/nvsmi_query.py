@@ -170,7 +170,9 @@ def _read_plain_line(line: str) -> _LineInfo:
     value = kind[2]
     if value is None:  # a section header: a node of its own in each tree (it gets children)
         return _NODE, indent, kind, None
-    return (_NODE_READ_ERROR if _is_read_error(value) else _NODE), indent, kind, Leaf(*kind)
+    if _is_read_error(value):  # rare: a node of its own too, where _read_body notes it
+        return _NODE_READ_ERROR, indent, kind, None
+    return _NODE, indent, kind, Leaf(*kind)
 
 
 def _is_read_error(value: str) -> bool:
@@ -251,11 +253,14 @@ def _read_body(text: str, lines: list[str]) -> _Body:
             while parents[-1][0] >= indent:
                 parents.pop()
             siblings = parents[-1][2]  # (no deeper than the last node: no depth to check)
-        node = Node(*kind) if leaf is None else leaf
+        if leaf is None:  # a section header, or a read failure (a line with no Leaf)
+            node = Node(*kind)
+            if what == _NODE_READ_ERROR:
+                read_errors = True
+        else:
+            node = leaf
         siblings.append(node)
         last_indent, last_node, last_kids = indent, node, None
-        if what == _NODE_READ_ERROR:
-            read_errors = True
     body.read_errors = read_errors
     return body
 

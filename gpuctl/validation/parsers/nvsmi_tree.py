@@ -231,6 +231,17 @@ def read_text(value: str | None) -> str | None:
     """The value without a deprecation note; None for a placeholder (:func:`_placeholder`)."""
     if value is None:
         return None
+    if len(value) <= _CACHED_VALUE:
+        return _read_text(value)
+    return _read_text_uncached(value)
+
+
+@lru_cache(maxsize=32768)
+def _read_text(value: str) -> str | None:
+    return _read_text_uncached(value)
+
+
+def _read_text_uncached(value: str) -> str | None:
     text = strip_note(value)
     low = text.lower()
     return None if low == "" or low in PLACEHOLDERS or low in ERROR_VALUES else text
