@@ -290,10 +290,10 @@ def _classify(block: _Block, line: str) -> None:
     if "#bytes" in stripped:
         block.header(stripped)
         return
-    tokens = stripped.split()
     # a result line: numbers only. One that no test prints (nan, inf, 1e308, 5,000 digits) makes
     # the line a bad row (reported, not a measurement), not a line of some other kind
-    if tokens and tokens[0][:1].isdigit() and all(looks_numeric(t) for t in tokens):
+    tokens = stripped.split() if stripped[:1].isdigit() else []  # a row starts with a digit
+    if tokens and all(looks_numeric(t) for t in tokens):
         if block.columns:
             block.row(tokens)
         else:
