@@ -91,7 +91,8 @@ def registry() -> Mapping[str, ParserSpec]:
 
 def parse(kind: str, text: str, **options: Any) -> ParseResult:
     """Parse ``text`` as ``kind``. Raises KeyError for an unknown kind (a usage error)."""
-    spec = registry()[kind]
+    _load_all()
+    spec = _REGISTRY[kind]
     unknown = set(options) - set(spec.options)
     if unknown:
         raise TypeError(f"{kind} takes no option {', '.join(sorted(unknown))}")
@@ -105,8 +106,13 @@ def parse(kind: str, text: str, **options: Any) -> ParseResult:
 def clean(text: str) -> str:
     """Normalise what terminals and pastes add: ANSI escapes, CR/CRLF line ends, a BOM."""
     text = text.lstrip("\ufeff")
-    text = _ANSI.sub("", text)
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    # each step only where its character occurs: the search for "\r\n" is slow on text with
+    # many "\n", and nearly no output has a CR or an ESC
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
 
 
 def unrecognised(kind: str, reason: str, **data: Any) -> ParseResult:
