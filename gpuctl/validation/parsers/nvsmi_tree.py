@@ -79,10 +79,17 @@ _BANNER_WORDS = (
 def may_have_banner(text: str) -> bool:
     """Cheap whole-text test before the per-line search (most outputs have no banner)."""
     low = text.lower()
-    return any(word in low for word in _BANNER_WORDS)
+    for word in _BANNER_WORDS:  # noqa: SIM110 - a loop: no generator for each new line
+        if word in low:
+            return True
+    return False
 
 
 def is_error_banner(line: str) -> bool:
+    # Each banner holds one of _BANNER_WORDS, and on ASCII text ignoring case is lower():
+    # an ASCII line without one of them is no banner (most lines; the search costs more).
+    if line.isascii() and not may_have_banner(line):
+        return False
     return _ANY_ERROR_BANNER.search(line) is not None  # one pass instead of one per banner
 
 
