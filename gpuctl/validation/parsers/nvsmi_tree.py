@@ -77,7 +77,8 @@ _BANNER_WORDS = (
 
 
 def may_have_banner(text: str) -> bool:
-    """Cheap whole-text test before the per-line search (most outputs have no banner)."""
+    """Whether ``text`` (a whole output or one line), lower-cased, holds one of the banner
+    words: a cheap test before the regex search (most outputs have no banner)."""
     low = text.lower()
     for word in _BANNER_WORDS:  # noqa: SIM110 - a loop: no generator for each new line
         if word in low:
