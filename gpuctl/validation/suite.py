@@ -150,6 +150,9 @@ def fewer_gc_passes() -> Iterator[None]:
 
 def _worker_init() -> None:
     gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])
+    # what the worker inherited (modules, caches, the expectations) is never garbage: the
+    # collector skips it instead of walking it in every full pass
+    gc.freeze()
 
 
 def judge_directory(cluster: Cluster, directory: Path, **kwargs: Any) -> ValidationReport:
