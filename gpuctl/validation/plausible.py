@@ -18,6 +18,7 @@ from typing import Any
 from gpuctl.config.catalog import Ceiling, ceiling_tolerance
 
 _FLOAT_MAX = int(sys.float_info.max)
+_FLOAT_MAX_F = sys.float_info.max
 
 
 def finite(value: Any) -> float | None:
@@ -119,6 +120,13 @@ def first_seen(
 # replaced by another row. A prefixed line (srun's "0: ") is not counted: never a false alarm.
 NCCL_LINE = re.compile(r"^[ \t]*\d+[ \t]+\d+[ \t]+[A-Za-z]\w*[ \t]", re.MULTILINE)
 PERFTEST_LINE = re.compile(r"^[ \t]*\d+[ \t]+\d+[ \t]+\S", re.MULTILINE)
+# The same lines found by the newline before them: a search for a literal start skips ahead
+# where "^" is tried at every position (half the time). No part of a line pattern matches a
+# newline, so these count the lines that start after a position, the first line apart.
+_AFTER_NEWLINE = {
+    NCCL_LINE: re.compile(r"\n[ \t]*\d+[ \t]+\d+[ \t]+[A-Za-z]\w*[ \t]"),
+    PERFTEST_LINE: re.compile(r"\n[ \t]*\d+[ \t]+\d+[ \t]+\S"),
+}
 
 
 def unread_lines(text: str | None, pattern: re.Pattern[str], read: int, header: str) -> int:
@@ -126,8 +134,16 @@ def unread_lines(text: str | None, pattern: re.Pattern[str], read: int, header: 
     turn into rows."""
     if not text:
         return 0
-    start = text.find(header)
-    return max(0, len(pattern.findall(text, max(start, 0))) - read)
+    start = max(text.find(header), 0)
+    after = _AFTER_NEWLINE.get(pattern)
+    if after is None:
+        found = len(pattern.findall(text, start))
+    else:  # the lines after ``start``, and the one at it ("^" matches there at a line start)
+        found = len(after.findall(text, start)) + (pattern.match(text, start) is not None)
+    return max(0, found - read)
+
+
+_SIDES = ("out_of_place", "in_place")
 
 
 def nccl_table_lie(
@@ -137,20 +153,38 @@ def nccl_table_lie(
     that is not a finite number or is above ``ceiling``, or (given the output ``text``) a
     result line the parser could not read. No other row is judged in place of a bad one.
     Multi-node runs pass :func:`gpuctl.config.catalog.multinode_busbw_ceiling`."""
+    busbws = [
+        (row.get("size"), side, half.get("busbw"))
+        for row in rows
+        for side in _SIDES
+        if isinstance(half := row.get(side), Mapping)
+    ]
+    return nccl_busbw_lie(busbws, len(rows), ceiling, text)
+
+
+def nccl_busbw_lie(
+    busbws: Sequence[tuple[Any, str, Any]],
+    rows: int,
+    ceiling: Ceiling | None,
+    text: str | None = None,
+) -> str | None:
+    """:func:`nccl_table_lie` of a table given as the busbw of each side a row shows, in
+    order, as (the row's size, "out_of_place" or "in_place", the busbw), and its number of
+    ``rows``."""
     not_finite: list[str] = []
     above: tuple[Any, Any] | None = None
     top = ceiling.value * (1.0 + ceiling_tolerance()) if ceiling is not None else math.inf
-    for row in rows:
-        for side in ("out_of_place", "in_place"):
-            half = row.get(side)
-            if not isinstance(half, Mapping):
-                continue
-            raw = half.get("busbw")
-            value = finite(raw)
-            if value is None and not (isinstance(raw, int) and not isinstance(raw, bool)):
-                not_finite.append(f"{row.get('size')} B ({side.replace('_', '-')})")
-            elif above is None and (value is None or value > top or value < 0):
-                above = (raw, row.get("size"))
+    # a float from 0 to the ceiling (and finite: no more than the largest float) is none of
+    # the cases below, told without finite()
+    fine = min(top, _FLOAT_MAX_F) if top == top else _FLOAT_MAX_F
+    for size, side, raw in busbws:
+        if type(raw) is float and 0.0 <= raw <= fine:
+            continue
+        value = finite(raw)
+        if value is None and not (isinstance(raw, int) and not isinstance(raw, bool)):
+            not_finite.append(f"{size} B ({side.replace('_', '-')})")
+        elif above is None and (value is None or value > top or value < 0):
+            above = (raw, size)
     if not_finite:
         more = f" and {len(not_finite) - 3} more" if len(not_finite) > 3 else ""
         return (
@@ -158,7 +192,7 @@ def nccl_table_lie(
             "(or what stands in for it) printed no usable bandwidth there, and no other row is "
             "judged in its place"
         )
-    unread = unread_lines(text, NCCL_LINE, len(rows), "size")
+    unread = unread_lines(text, NCCL_LINE, rows, "size")
     if unread:
         return (
             f"{unread} result line(s) of nccl-tests hold a number that is not a finite number "

@@ -59,7 +59,7 @@ from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Evidence, Outputs, node_judge, usable_parse
 from gpuctl.validation.parsers.infiniband import ibstat_of
 from gpuctl.validation.parsers.kernel import OFED_INFO, UNAME, release_of
-from gpuctl.validation.parsers.nccl import nccl_run_of
+from gpuctl.validation.parsers.nccl import nccl_version_of
 from gpuctl.validation.parsers.nvsmi_gpu import smi_of
 from gpuctl.validation.parsing import ParseResult
 from gpuctl.validation.plausible import finite
@@ -143,7 +143,7 @@ def node_facts(exp: NodeExpectation, outputs: Outputs) -> NodeFacts:
                 facts.append(Fact(item, None, release_of(result.data).release))
     if exp.nccl_version is not None and "nccl" in collected:
         result = _recognised(outputs, "nccl")
-        shown = _text(nccl_run_of(result.data).nccl_version) if result is not None else None
+        shown = _text(nccl_version_of(result.data)) if result is not None else None
         if shown is not None:  # most runs do not print it (NCCL_DEBUG=VERSION does)
             facts.append(Fact("nccl", None, shown))
     return NodeFacts(tuple(facts))

@@ -20,10 +20,10 @@ from gpuctl.config.catalog import (
 )
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
-from gpuctl.validation.parsers.nccl import NcclRank, NcclRun, nccl_run_of, nccl_size
+from gpuctl.validation.parsers.nccl import NcclRank, NcclRow, NcclRun, nccl_run_of, nccl_size
 from gpuctl.validation.plausible import (
     finite,
-    nccl_table_lie,
+    nccl_busbw_lie,
     not_finite,
     show_number,
 )
@@ -74,12 +74,8 @@ def _judge_run(exp: NodeExpectation, outputs: Outputs, coll: Collective) -> list
                 evidence=tuple(errors[:5]),
             )
         )
-    wrong = [
-        (row.size, name, side.wrong if side is not None else None)
-        for row in rows
-        for name, side in row.sides()
-    ]
-    bad = [(s, side, w) for s, side, w in wrong if not_finite(w) or finite(w) not in (None, 0.0)]
+    table = _Table(rows)
+    bad = table.bad_wrong
     raw_oob = run.out_of_bounds
     oob = finite(raw_oob)
     if bad or not_finite(raw_oob) or (oob is not None and oob > 0):
@@ -88,13 +84,13 @@ def _judge_run(exp: NodeExpectation, outputs: Outputs, coll: Collective) -> list
                 exp,
                 f"{coll.check}.wrong",
                 Verdict.FAIL,
-                f"wrong results: {len(bad)} rows with #wrong > 0 or not a number, out of bounds "
+                f"wrong results: {bad} rows with #wrong > 0 or not a number, out of bounds "
                 f"{show_number(raw_oob)}",
-                measured=len(bad) or oob,
+                measured=bad or oob,
                 expected=0,
             )
         )
-    elif rows and any(finite(w) is not None for _, _, w in wrong):
+    elif table.shows_wrong:
         out.append(
             finding(
                 exp, f"{coll.check}.wrong", Verdict.OK, "no wrong results", measured=0, expected=0
@@ -114,7 +110,9 @@ def _judge_run(exp: NodeExpectation, outputs: Outputs, coll: Collective) -> list
         return out
     ceiling = busbw_ceiling(exp.gpu_model)
     probe = outputs.get(coll.kind)
-    lie = nccl_table_lie(run.table(), ceiling, probe.text if probe is not None else None)
+    lie = nccl_busbw_lie(
+        table.busbws, len(rows), ceiling, probe.text if probe is not None else None
+    )
     if lie is None and not rows:
         out.append(finding(exp, busbw_check, Verdict.UNKNOWN, "no bandwidth rows in the output"))
         return out
@@ -132,7 +130,7 @@ def _judge_run(exp: NodeExpectation, outputs: Outputs, coll: Collective) -> list
         )
         return out
     threshold = finite(exp.thresholds.get(coll.threshold))
-    largest = max(rows, key=lambda r: finite(r.size) or 0.0)
+    largest = table.largest or rows[0]
     busbw = finite(largest.out_of_place.busbw if largest.out_of_place is not None else None)
     size = largest.size
     if threshold is None:
@@ -178,6 +176,48 @@ def _judge_run(exp: NodeExpectation, outputs: Outputs, coll: Collective) -> list
             )
         )
     return out
+
+
+_EXACT = 1 << 53  # an int up to this size orders as its float does
+
+
+class _Table:
+    """What the judge reads of the result rows, in one pass over them: how many sides show a
+    #wrong that is not zero or not a finite number, whether any shows a finite one, the busbw
+    of every side shown (for :func:`nccl_busbw_lie`), and the first row of the largest size
+    (a size that is not a finite number counts as 0)."""
+
+    __slots__ = ("bad_wrong", "busbws", "largest", "shows_wrong")
+
+    def __init__(self, rows: Sequence[NcclRow]) -> None:
+        bad = 0
+        shows = False
+        busbws: list[tuple[object, str, object]] = []
+        largest: NcclRow | None = None
+        top: float = 0.0
+        for row in rows:
+            size = row.size
+            # finite(size) or 0.0, told without finite() where the size is a plain int
+            key = size if type(size) is int and -_EXACT <= size <= _EXACT else finite(size) or 0.0
+            if largest is None or key > top:
+                largest, top = row, key
+            for name, side in (("out_of_place", row.out_of_place), ("in_place", row.in_place)):
+                if side is None:
+                    continue
+                busbws.append((size, name, side.busbw))
+                wrong = side.wrong
+                if wrong is None:
+                    continue
+                if (type(wrong) is int or type(wrong) is float) and wrong == 0:
+                    shows = True  # the common case, told without finite()
+                elif not_finite(wrong) or finite(wrong) not in (None, 0.0):
+                    bad += 1
+                elif finite(wrong) is not None:
+                    shows = True
+        self.bad_wrong = bad
+        self.shows_wrong = shows
+        self.busbws = busbws
+        self.largest = largest
 
 
 def _smaller_than_asked(

@@ -526,24 +526,37 @@ def _busbw_only(side: NcclSide | None) -> dict[str, Any] | None:
     return None if side is None else {"busbw": side.busbw}
 
 
-def _nccl_side(side: Any) -> NcclSide | None:
-    if type(side) is not dict and not isinstance(side, Mapping):
-        return None
-    return NcclSide(side.get("busbw"), side.get("wrong"))
+# A run's rows are built by setting the slots of new records directly: the frozen dataclasses'
+# __init__ sets each field through object.__setattr__, which costs twice as much (a node's runs
+# hold ~170 rows, each with two sides). The same fields get the same values, set once.
+_new = object.__new__
+_SET_BUSBW = vars(NcclSide)["busbw"].__set__
+_SET_WRONG = vars(NcclSide)["wrong"].__set__
+_SET_SIZE = vars(NcclRow)["size"].__set__
+_SET_OUT_OF_PLACE = vars(NcclRow)["out_of_place"].__set__
+_SET_IN_PLACE = vars(NcclRow)["in_place"].__set__
 
 
 def nccl_rows_of(data: Mapping[str, Any]) -> tuple[NcclRow, ...]:
     """The result rows of :func:`parse_nccl`'s data."""
-    return tuple(
-        [
-            NcclRow(
-                row.get("size"),
-                _nccl_side(row.get("out_of_place")),
-                _nccl_side(row.get("in_place")),
-            )
-            for row in data.get("rows") or ()
-        ]
-    )
+    rows: list[NcclRow] = []
+    for row in data.get("rows") or ():
+        get = row.get
+        record = _new(NcclRow)
+        _SET_SIZE(record, get("size"))
+        _SET_OUT_OF_PLACE(record, _side_of(get("out_of_place")))
+        _SET_IN_PLACE(record, _side_of(get("in_place")))
+        rows.append(record)
+    return tuple(rows)
+
+
+def _side_of(side: Any) -> NcclSide | None:
+    if type(side) is not dict and not isinstance(side, Mapping):
+        return None
+    record = _new(NcclSide)
+    _SET_BUSBW(record, side.get("busbw"))
+    _SET_WRONG(record, side.get("wrong"))
+    return record
 
 
 def nccl_run_of(data: Mapping[str, Any]) -> NcclRun:
@@ -560,9 +573,16 @@ def nccl_run_of(data: Mapping[str, Any]) -> NcclRun:
         out_of_bounds=data.get("out_of_bounds"),
         max_bytes=_max_bytes(data.get("params")),
         gpus_used=_gpus_used(data.get("ranks")),
-        nccl_version=version if isinstance(version := data.get("nccl_version"), str) else None,
+        nccl_version=nccl_version_of(data),
         test=test if isinstance(test := data.get("test"), str) else None,
     )
+
+
+def nccl_version_of(data: Mapping[str, Any]) -> str | None:
+    """The NCCL version :func:`parse_nccl`'s data shows (:attr:`NcclRun.nccl_version`), read
+    without building the rest of the run."""
+    version = data.get("nccl_version")
+    return version if isinstance(version, str) else None
 
 
 def _max_bytes(params: Any) -> int | float | None:
