@@ -47,33 +47,60 @@ def growth(
     ``allowed``: counter -> (the most growth that is no failure, the threshold's name): more
     FAILs, up to it WARNs."""
     out = Growth()
+    verdicts = _verdicts(rules)
     for key, now in after.items():
-        rule = rules.verdict_of(counter(key))
+        which = counter(key)
+        rule = verdicts[which] if which in verdicts else _verdict(rules, verdicts, which)
         if rule is None:
             continue
         was = before.get(key)
-        name = label(key)
         if now is None or was is None:
-            out.cannot.append(f"{name}: not read {'before' if was is None else 'after'}")
-        elif rules.is_saturated(counter(key), was):
-            out.cannot.append(f"{name}: at {was} before, a counter that cannot grow")
+            out.cannot.append(f"{label(key)}: not read {'before' if was is None else 'after'}")
+        elif rules.is_saturated(which, was):
+            out.cannot.append(f"{label(key)}: at {was} before, a counter that cannot grow")
         elif now < was:
-            out.cannot.append(f"{name}: went down from {was} to {now} (reset between reads?)")
+            out.cannot.append(f"{label(key)}: went down from {was} to {now} (reset between reads?)")
         else:
             out.compared += 1
             if now > was:
                 verdict = Verdict.FAIL if rule == "fail" else Verdict.WARN
-                text = f"{name} +{now - was} ({was} -> {now})"
-                limit = (allowed or {}).get(counter(key))
+                text = f"{label(key)} +{now - was} ({was} -> {now})"
+                limit = (allowed or {}).get(which)
                 if limit is not None:
                     most, what = limit
                     verdict = Verdict.FAIL if now - was > most else Verdict.WARN
                     text += f", {what} {most}"
                 out.grew[verdict].append(text)
     for key in before.keys() - after.keys():
-        if rules.verdict_of(counter(key)) is not None:
+        which = counter(key)
+        rule = verdicts[which] if which in verdicts else _verdict(rules, verdicts, which)
+        if rule is not None:
             out.cannot.append(f"{label(key)}: not read after")
     return out
+
+
+# What CounterRules.verdict_of says of each counter name, remembered per rule set (its fail and
+# warn words: all that verdict_of reads): every HCA and GPU of a fleet shows the same few dozen
+# names. Bounded: a full table is emptied, never consulted stale.
+_VERDICTS: dict[tuple[tuple[str, ...], tuple[str, ...] | None], dict[str, str | None]] = {}
+_VERDICTS_MAX = 2048
+
+
+def _verdicts(rules: CounterRules) -> dict[str, str | None]:
+    words = (rules.fail, rules.warn)
+    table = _VERDICTS.get(words)
+    if table is None:
+        if len(_VERDICTS) >= 16:
+            _VERDICTS.clear()
+        table = _VERDICTS[words] = {}
+    return table
+
+
+def _verdict(rules: CounterRules, table: dict[str, str | None], which: str) -> str | None:
+    if len(table) >= _VERDICTS_MAX:
+        table.clear()
+    rule = table[which] = rules.verdict_of(which)
+    return rule
 
 
 def growth_results(
