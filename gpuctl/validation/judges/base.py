@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.parsing import ParseResult, parse
@@ -123,6 +123,32 @@ def node_judge(
         return Judge(fn, reads, applies or collected)
 
     return declare
+
+
+R = TypeVar("R")
+
+# The records of a parse that more than one judge reads (nvidia-smi's GPUs: four; lspci's
+# devices, nvbandwidth's runs, ibstat's adapters, the kernel log: two or three), each built once.
+# Keyed by the parse's identity: the entry holds the parse, so that no other object gets its id
+# while the entry is here, and a parse is never changed once made. Bounded: the oldest entry
+# goes first (a node's judges read what they share within the node's pass).
+_RECORDS: dict[tuple[int, Callable[..., Any]], tuple[ParseResult, Any]] = {}
+_RECORDS_MAX = 64
+
+
+def record(result: ParseResult, build: Callable[[dict[str, Any]], R]) -> R:
+    """``build(result.data)``, made once per parse: ``build`` is a parser's record function
+    (``smi_of``, ``pci_devices_of`` ...), which leaves the data as it is; what it returns is
+    read, never changed."""
+    key = (id(result), build)
+    hit = _RECORDS.get(key)
+    if hit is not None and hit[0] is result:
+        return cast(R, hit[1])
+    made = build(result.data)
+    if len(_RECORDS) >= _RECORDS_MAX:
+        del _RECORDS[next(iter(_RECORDS))]
+    _RECORDS[key] = (result, made)
+    return made
 
 
 def finding(

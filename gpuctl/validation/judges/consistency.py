@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.judges.base import Evidence, Outputs, node_judge, usable_parse
+from gpuctl.validation.judges.base import Evidence, Outputs, node_judge, record, usable_parse
 from gpuctl.validation.parsers.infiniband import ibstat_of
 from gpuctl.validation.parsers.kernel import OFED_INFO, UNAME, release_of
 from gpuctl.validation.parsers.nccl import nccl_version_of
@@ -131,11 +131,11 @@ def node_facts(exp: NodeExpectation, outputs: Outputs) -> NodeFacts:
     if "smi-xml" in collected:
         smi = _recognised(outputs, "smi-xml") or _recognised(outputs, "smi-q")
         if smi is not None:  # else the GPU judge has said why (gpu.* UNKNOWN)
-            facts += _smi_facts(smi.data)
+            facts += _smi_facts(smi)
     if "ibstat" in collected:
         ibstat = _recognised(outputs, "ibstat")
         if ibstat is not None:  # else the InfiniBand judge has said why
-            facts += _hca_facts(ibstat.data)
+            facts += _hca_facts(ibstat)
     for kind, item in ((UNAME, "kernel"), (OFED_INFO, "doca")):
         if kind in collected:
             result = _recognised(outputs, kind)
@@ -172,9 +172,9 @@ def _text(value: Any) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
 
-def _smi_facts(data: Mapping[str, Any]) -> list[Fact]:
+def _smi_facts(result: ParseResult) -> list[Fact]:
     # the records of parsers/nvsmi_gpu.py and parsers/infiniband.py carry what is compared
-    smi = smi_of(data)
+    smi = record(result, smi_of)
     facts = [Fact("cuda", None, _text(smi.cuda_version))]
     for gpu in smi.gpus:
         subject = gpu.subject
@@ -197,9 +197,9 @@ def _app_clocks(clocks: tuple[float | None, float | None] | None) -> str | None:
     return f"graphics {graphics:g} MHz, memory {memory:g} MHz"
 
 
-def _hca_facts(data: Mapping[str, Any]) -> list[Fact]:
+def _hca_facts(result: ParseResult) -> list[Fact]:
     facts: list[Fact] = []
-    for name, ca in ibstat_of(data).cas.items():
+    for name, ca in record(result, ibstat_of).cas.items():
         firmware = _text(ca.firmware_version)
         kind = _text(ca.ca_type) or "HCA"
         family = f" (firmware {firmware.split('.', 1)[0]}.x)" if firmware else ""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.judges.base import Outputs, finding, node_judge, record, usable_parse
 from gpuctl.validation.parsers.fabricmanager import FabricManager, fabric_manager_of
 from gpuctl.validation.parsers.nvsmi_gpu import smi_of
 from gpuctl.validation.results import CheckResult, Verdict
@@ -64,7 +64,7 @@ def judge_fabric_manager(exp: NodeExpectation, outputs: Outputs) -> list[CheckRe
 def _driver_running(exp: NodeExpectation, outputs: Outputs) -> str | None:
     """The driver version nvidia-smi reports on the node (None when it cannot be read)."""
     result, _ = usable_parse(exp, outputs, ["smi-xml", "smi-q"], "fabricmanager.version")
-    return smi_of(result.data).driver_version if result is not None else None
+    return record(result, smi_of).driver_version if result is not None else None
 
 
 def _judge_version(exp: NodeExpectation, outputs: Outputs, fm: FabricManager) -> list[CheckResult]:

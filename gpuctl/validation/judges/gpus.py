@@ -7,7 +7,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.judges.base import Outputs, finding, listed_twice, node_judge, usable_parse
+from gpuctl.validation.judges.base import (
+    Outputs,
+    finding,
+    listed_twice,
+    node_judge,
+    record,
+    usable_parse,
+)
 from gpuctl.validation.parsers.kernel import kernel_log_of
 from gpuctl.validation.parsers.nvsmi_gpu import (
     EccCounters,
@@ -43,7 +50,7 @@ def judge_gpus(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     result, unknown = usable_parse(exp, outputs, ["smi-xml", "smi-q"], "gpu")
     if result is None:
         return unknown
-    smi = smi_of(result.data)
+    smi = record(result, smi_of)
     out = list(unknown)
     gpus = smi.gpus
     ids = [g.ids() for g in gpus]
@@ -218,7 +225,7 @@ def _lost_gpus(gpus: Sequence[GpuRecord], outputs: Outputs) -> list[str]:
     if xid is None or xid.failure() is not None or not xid.parse_as("xid").recognised:
         return []
     visible = {_pci_key(g.pci_bus_id) for g in gpus}
-    lost = [str(f.pci) for f in kernel_log_of(xid.parse_as("xid").data).fallen_off_bus]
+    lost = [str(f.pci) for f in record(xid.parse_as("xid"), kernel_log_of).fallen_off_bus]
     return [pci for pci in lost if _pci_key(pci) is not None and _pci_key(pci) not in visible]
 
 

@@ -21,6 +21,7 @@ from gpuctl.validation.judges.base import (
     ProbeOutput,
     finding,
     node_judge,
+    record,
     threshold_value,
     usable_parse,
     with_subject,
@@ -46,7 +47,7 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     result, unknown = usable_parse(exp, outputs, ["ibstat"], "ib.port")
     if result is None:
         return unknown
-    ibstat = ibstat_of(result.data)
+    ibstat = record(result, ibstat_of)
     out = list(unknown)
     probe = outputs.get("ibstat")
     out += _hcas_listed_twice(exp, ibstat, probe.text if probe is not None else None)
@@ -230,7 +231,7 @@ def port_rates(outputs: Outputs) -> dict[str, float]:
         return {}
     top = fastest_rate(None) * (1.0 + ceiling_tolerance())
     rates: dict[str, float] = {}
-    for name, ca in ibstat_of(result.data).cas.items():
+    for name, ca in record(result, ibstat_of).cas.items():
         port = ca.port("1")
         rate = finite(port.rate) if port is not None else None
         if rate is not None and 0 < rate <= top:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from gpuctl.config.catalog import ceiling_tolerance, nvlink_ceiling
 from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.judges.base import Outputs, finding, node_judge, record, usable_parse
 from gpuctl.validation.parsers.nvbandwidth import NvbandwidthRun, nvbandwidth_run_of
 from gpuctl.validation.plausible import finite, show_number
 from gpuctl.validation.probes import NVBANDWIDTH_D2D_READ, NVBANDWIDTH_D2D_WRITE
@@ -37,7 +37,7 @@ def judge_p2p_copies(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult
         result, unknown = usable_parse(exp, outputs, [KIND], check)
         out += unknown
         if result is not None:
-            out += _direction(exp, nvbandwidth_run_of(result.data), check, testcase, key, verb)
+            out += _direction(exp, record(result, nvbandwidth_run_of), check, testcase, key, verb)
     return out
 
 

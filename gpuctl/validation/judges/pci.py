@@ -20,7 +20,7 @@ The GPUs' own links are judged from nvidia-smi (``gpu.pcie.width``, ``gpu.pcie.g
 from __future__ import annotations
 
 from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.judges.base import Evidence, finding, node_judge, usable_parse
+from gpuctl.validation.judges.base import Evidence, finding, node_judge, record, usable_parse
 from gpuctl.validation.parsers.nvsmi_gpu import smi_of
 from gpuctl.validation.parsers.pci import Link, PciDevice, pci_devices_of
 from gpuctl.validation.results import CheckResult, Verdict
@@ -49,7 +49,7 @@ def _other(evidence: Evidence, kind: str) -> tuple[PciDevice, ...]:
     """The devices of the other lspci output, where it is usable (its own judge says why not)."""
     found = evidence.get(kind)
     parsed = found.parse_as(kind) if found is not None and found.failure() is None else None
-    return pci_devices_of(parsed.data) if parsed is not None and parsed.recognised else ()
+    return record(parsed, pci_devices_of) if parsed is not None and parsed.recognised else ()
 
 
 def _short(name: str) -> str:
@@ -99,7 +99,7 @@ def judge_pcie_acs(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult
     if result is None:
         return unknown
     out = list(unknown)
-    bridges = pci_devices_of(result.data)
+    bridges = record(result, pci_devices_of)
     if any(b.access_denied for b in bridges):
         return [
             *out,
@@ -118,7 +118,7 @@ def judge_pcie_acs(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult
             parsed = smi.parse_as(kind)
             smi_result = parsed if parsed.recognised else None
     if smi_result is not None:
-        for index, gpu in enumerate(smi_of(smi_result.data).gpus):
+        for index, gpu in enumerate(record(smi_result, smi_of).gpus):
             if gpu.pci_bus_id:
                 endpoints[bus_address(gpu.pci_bus_id)] = f"GPU{index}"
     elif exp.gpu_count:
@@ -187,7 +187,7 @@ def judge_nic_links(exp: NodeExpectation, evidence: Evidence) -> list[CheckResul
     if result is None:
         return unknown
     out = list(unknown)
-    nics = [n for n in adapters(pci_devices_of(result.data)) if n.address.endswith(".0")]
+    nics = [n for n in adapters(record(result, pci_devices_of)) if n.address.endswith(".0")]
     if not nics:
         return [
             *out,

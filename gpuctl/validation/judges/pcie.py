@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 
 from gpuctl.config.catalog import pcie_ceiling
 from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.judges.base import Evidence, Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.judges.base import (
+    Evidence,
+    Outputs,
+    finding,
+    node_judge,
+    record,
+    usable_parse,
+)
 from gpuctl.validation.judges.xid import in_window, window_start
 from gpuctl.validation.parsers.kernel import kernel_log_of
 from gpuctl.validation.parsers.nvbandwidth import (
@@ -49,7 +56,7 @@ def judge_pcie_copies(exp: NodeExpectation, outputs: Outputs) -> list[CheckResul
             out += unknown
             continue
         out += unknown
-        out += _direction(exp, nvbandwidth_run_of(result.data), check, testcase, key, what)
+        out += _direction(exp, record(result, nvbandwidth_run_of), check, testcase, key, what)
     return out
 
 
@@ -229,7 +236,7 @@ def judge_pcie_aer(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult
     result, unknown = usable_parse(exp, evidence, ["xid"], AER_CHECK)
     if result is None:
         return unknown
-    log = kernel_log_of(result.data)
+    log = record(result, kernel_log_of)
     problem = evidence.clock_problem
     since = window_start(None if problem else evidence.now)
     devices: dict[str, _Device] = {}
@@ -337,7 +344,7 @@ def judge_iommu(exp: NodeExpectation, evidence: Evidence) -> list[CheckResult]:
     result, unknown = usable_parse(exp, evidence, ["xid"], IOMMU_CHECK)
     if result is None:
         return []  # the kernel log itself is judged (and UNKNOWN) by xid and pcie.aer
-    mode = kernel_log_of(result.data).iommu
+    mode = record(result, kernel_log_of).iommu
     if mode is None:
         return []
     by = f" (set via {mode.set_by})" if mode.set_by else ""

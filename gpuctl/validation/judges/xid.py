@@ -9,7 +9,14 @@ from functools import cache
 from gpuctl.config.catalog import default_fatal_xids
 from gpuctl.resources import load_data
 from gpuctl.validation.expect import NodeExpectation
-from gpuctl.validation.judges.base import Evidence, Outputs, finding, node_judge, usable_parse
+from gpuctl.validation.judges.base import (
+    Evidence,
+    Outputs,
+    finding,
+    node_judge,
+    record,
+    usable_parse,
+)
 from gpuctl.validation.parsers.kernel import XidEvent, kernel_log_of
 from gpuctl.validation.results import CheckResult, Verdict
 
@@ -72,7 +79,7 @@ def judge_xid(
     result, unknown = usable_parse(exp, outputs, ["xid"], "xid")
     if result is None:
         return unknown
-    log = kernel_log_of(result.data)
+    log = record(result, kernel_log_of)
     out = list(unknown)
     actions = xid_actions()
     default = str(load_data("xid.yml")["default_action"])
