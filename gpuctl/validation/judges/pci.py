@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Evidence, finding, node_judge, record, usable_parse
+from gpuctl.validation.numbers import to_int
 from gpuctl.validation.parsers.nvsmi_gpu import smi_of
 from gpuctl.validation.parsers.pci import Link, PciDevice, pci_devices_of
 from gpuctl.validation.results import CheckResult, Verdict
@@ -64,10 +65,23 @@ def acs_findings(
     traffic, each with the endpoints below it; and how many switch ports are above any."""
     above: dict[str, list[str]] = {}
     by_address = {b.address: b for b in bridges}
+    # PciDevice.below of each switch port with a bus range, the endpoint's address read once
+    # per endpoint (not once per port) as below() reads it
+    ranges = [
+        (b.address, b.domain, b.secondary, b.subordinate)
+        for b in bridges
+        if b.port_type in SWITCH_PORTS and b.secondary is not None and b.subordinate is not None
+    ]
     for address, label in endpoints.items():
-        for bridge in bridges:
-            if bridge.port_type in SWITCH_PORTS and bridge.below(address):
-                above.setdefault(bridge.address, []).append(label)
+        if not ranges:
+            break
+        domain, bus = address.split(":")[:2]
+        number = to_int(f"0x{bus}", hex_prefix=True)
+        if number is None:
+            continue
+        for at, bridge_domain, secondary, subordinate in ranges:
+            if domain == bridge_domain and secondary <= number <= subordinate:
+                above.setdefault(at, []).append(label)
     bad = [
         (by_address[a], labels)
         for a, labels in sorted(above.items())
