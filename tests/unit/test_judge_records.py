@@ -16,7 +16,7 @@ from gpuctl.validation.parsers.dcgm import diag_of
 from gpuctl.validation.parsers.fabricmanager import fabric_manager_of
 from gpuctl.validation.parsers.kernel import FallenOffBus, XidEvent, kernel_log_of
 from gpuctl.validation.parsers.nccl import NcclRank, NcclSide, nccl_rows_of, nccl_run_of
-from gpuctl.validation.parsers.nvsmi_tables import nvlink_gpus_of
+from gpuctl.validation.parsers.nvlink_status import nvlink_gpus_of
 from gpuctl.validation.parsers.slurm import ScontrolNode, scontrol_nodes_of
 from gpuctl.validation.parsers.topo import topology_of
 from gpuctl.validation.parsing import parse

@@ -71,7 +71,7 @@ def growth(
                     verdict = Verdict.FAIL if now - was > most else Verdict.WARN
                     text += f", {what} {most}"
                 out.grew[verdict].append(text)
-    for key in before.keys() - after.keys():
+    for key in [k for k in before if k not in after]:  # in the first read's order
         which = counter(key)
         rule = verdicts[which] if which in verdicts else _verdict(rules, verdicts, which)
         if rule is not None:

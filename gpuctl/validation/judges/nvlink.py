@@ -8,7 +8,7 @@ from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, listed_twice, node_judge, usable_parse
 from gpuctl.validation.judges.counters import growth, growth_results
 from gpuctl.validation.parsers.nvlink_errors import NvlinkErrorsGpu, nvlink_errors_of
-from gpuctl.validation.parsers.nvsmi_tables import nvlink_gpus_of
+from gpuctl.validation.parsers.nvlink_status import nvlink_gpus_of
 from gpuctl.validation.plausible import (
     first_seen,
     id_value,

@@ -1,4 +1,5 @@
-"""InfiniBand tools: ``ibstat``, ``ibstatus``, ``ibv_devinfo``, ``ibdev2netdev``, ``mlxlink -m``.
+"""InfiniBand tools: ``ibstat``, ``ibstatus``, ``ibv_devinfo``, ``ibdev2netdev`` (``mlxlink``:
+:mod:`gpuctl.validation.parsers.mlxlink`).
 
 What real outputs look like, and how this module copes (contract: docs/parse.md):
 
@@ -22,10 +23,6 @@ What real outputs look like, and how this module copes (contract: docs/parse.md)
   the firmware and the port state: ``... fw 20.28.1002 port 1 (ACTIVE) ==> ib0 (Up)``. Anything
   in parentheses after the link state is kept as ``extra``. Pastes piped through ``column -t``
   have runs of blanks: all separators are ``\\s+``.
-- ``mlxlink``: sections (``Operational Info``, ``Module Info``, ...) underlined with dashes, then
-  ``Label<padding>: value`` lines. Module values carry ranges (``54 [-5..75]``) and per-lane
-  comma lists (``8.380,8.380,8.380,8.380 [2..15]``); ``N/A`` is None. The module section is the
-  mapping the contract names; the other sections are kept beside it, read the same way.
 """
 
 from __future__ import annotations
@@ -36,16 +33,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.validation.numbers import looks_numeric, number, to_int
+from gpuctl.validation.numbers import number, to_int
 from gpuctl.validation.parsing import LineProblems, ParseResult, clean, parser, unrecognised
 
 IBSTAT = "ibstat"
 IBSTATUS = "ibstatus"
 IBV_DEVINFO = "ibv-devinfo"
 IBDEV2NETDEV = "ibdev2netdev"
-MLXLINK = "mlxlink"
 
-_PLACEHOLDERS = frozenset(
+PLACEHOLDERS = frozenset(
     {"", "N/A", "n/a", "NA", "[N/A]", "[Not Supported]", "Unknown Error", "ERR!"}
 )
 
@@ -53,7 +49,7 @@ _PLACEHOLDERS = frozenset(
 # Shared helpers
 
 
-def _split_kv(line: str) -> tuple[str, str] | None:
+def split_kv(line: str) -> tuple[str, str] | None:
     """``Label: value`` -> (label, value) split at the first colon; None without a label."""
     label, colon, value = line.partition(":")
     label = label.strip()
@@ -65,7 +61,7 @@ def _split_kv(line: str) -> tuple[str, str] | None:
 def _text(value: str) -> str | None:
     """A text value as printed; placeholders (``N/A``, empty) are None."""
     value = value.strip()
-    return None if value in _PLACEHOLDERS else value
+    return None if value in PLACEHOLDERS else value
 
 
 # Listings repeat the same short values (port counts, lids): their reading is remembered
@@ -96,7 +92,7 @@ def _missing(block: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
     return [k for k in keys if block.get(k) is None]
 
 
-def _snake(label: str) -> str:
+def snake_key(label: str) -> str:
     """``Temperature [C]`` -> ``temperature_c``; ``Attenuation (5g,7g,12g)[dB]`` ->
     ``attenuation_5g_7g_12g_db``."""
     return re.sub(r"[^0-9a-z]+", "_", label.lower()).strip("_")
@@ -186,7 +182,7 @@ def parse_ibstat(text: str) -> ParseResult:
                 problems.add(f"CA {ca_name!r} port {port_name} listed twice; the last is kept")
             port = ports[port_name] = dict.fromkeys(_IBSTAT_PORT_KEYS)
             continue
-        kv = _split_kv(line)
+        kv = split_kv(line)
         label = kv[0].lower() if kv else ""
         in_port = label in _IBSTAT_PORT
         if kv is None or ca_name is None or (not in_port and label not in _IBSTAT_CA):
@@ -383,7 +379,7 @@ def parse_ibstatus(text: str) -> ParseResult:
             errors.append(line)
             problems.add(f"ibstatus reported an error: {line}")
             continue
-        kv = _split_kv(line)
+        kv = split_kv(line)
         label = kv[0].lower().replace("_", " ") if kv else ""
         if kv is None or port is None or label not in _IBSTATUS_LABELS:
             problems.line(where, line)
@@ -564,7 +560,7 @@ def parse_ibv_devinfo(text: str) -> ParseResult:
             gids.append({"index": index, "gid": gid["gid"], "type": kind})
             port["gids"] = gids
             continue
-        kv = _split_kv(line)
+        kv = split_kv(line)
         if kv is None:
             continue  # -v prints flag lists and 'key  = value' lines: not kept
         key, value = kv
@@ -677,130 +673,3 @@ def parse_ibdev2netdev(text: str) -> ParseResult:
     if not mappings:
         return unrecognised(IBDEV2NETDEV, "no '<dev> port <n> ==> <netdev> (<state>)' line found")
     return ParseResult(IBDEV2NETDEV, True, {"mappings": mappings}, problems.result())
-
-
-# ------------------------------------------------------------------------------------------
-# mlxlink
-
-_DASHES = re.compile(r"-{3,}")
-# mlxlink section titles: 'Operational Info', 'Tool Information', 'Physical Counters and BER Info'
-_SECTION_TITLE = re.compile(r"[A-Za-z][\w ().,/&+-]*\b(?:Info|Information)")
-_RANGE = re.compile(r"(?P<body>.*?)\s*\[(?P<lo>[-+]?\d+(?:\.\d+)?)\.\.(?P<hi>[-+]?\d+(?:\.\d+)?)\]")
-# Fields that are identifiers even when they look like numbers (Rev '00', a serial, '3.6').
-_MLXLINK_TEXT_FIELDS = frozenset(
-    {
-        "firmware_version",
-        "amber_version",
-        "mft_version",
-        "identifier",
-        "vendor_name",
-        "vendor_part_number",
-        "vendor_serial_number",
-        "rev",
-        "fw_version",
-        "oui",
-        "manufacturing_date",
-    }
-)
-_MODULE_SECTION = "module_info"
-
-
-def _lane_item(item: str) -> int | float | str | None:
-    item = item.strip()
-    if item in _PLACEHOLDERS:
-        return None
-    value = number(item)
-    if value is None and looks_numeric(item):
-        return None  # a number no module reports (nan, 1e400, 5,000 digits): unknown
-    return item if value is None else value
-
-
-def _mlxlink_value(key: str, value: str) -> tuple[Any, dict[str, Any] | None]:
-    """(value, range) of one field; see the contract for the rules."""
-    body = value.strip()
-    limits: dict[str, Any] | None = None
-    m = _RANGE.fullmatch(body)
-    if m is not None:
-        body = m["body"].strip()
-        limits = {"min": number(m["lo"]), "max": number(m["hi"])}
-    if body in _PLACEHOLDERS:
-        return None, limits
-    if key in _MLXLINK_TEXT_FIELDS:
-        return body, limits
-    if "," in body:
-        items = [_lane_item(i) for i in body.split(",")]
-        if key.endswith("per_lane") or all(not isinstance(i, str) for i in items):
-            return items, limits
-        return body, limits
-    parsed = number(body)
-    if parsed is None and looks_numeric(body):
-        return None, limits  # a number no module reports: unknown, not kept as text
-    return (body if parsed is None else parsed), limits
-
-
-@parser(
-    MLXLINK,
-    description="mlxlink -m: transceiver module info (temperature, voltage, per-lane power)",
-)
-def parse_mlxlink(text: str) -> ParseResult:
-    problems = LineProblems(ignored=True)
-    sections: dict[str, dict[str, Any]] = {}
-    module: dict[str, Any] | None = None
-    errors: list[str] = []
-    warnings: list[str] = []
-    lines = [raw.strip() for raw in clean(text).split("\n")]
-    section: str | None = None
-
-    for i, line in enumerate(lines):
-        if not line or _DASHES.fullmatch(line):
-            continue
-        following = lines[i + 1] if i + 1 < len(lines) else ""
-        # An underlined '... Info' title starts mlxlink output; after one, any underlined title
-        # without a colon is a section ('Histogram of FEC Errors').
-        known = _SECTION_TITLE.fullmatch(line) or (
-            ":" not in line and (section is not None) and bool(_snake(line))
-        )
-        if known and _DASHES.fullmatch(following):
-            section = _snake(line)
-            if section in sections or (section == _MODULE_SECTION and module is not None):
-                problems.add(f"section {line!r} printed twice; the last is kept")
-            if section == _MODULE_SECTION:
-                module = {}
-            else:
-                sections[section] = {}
-            continue
-        if line.startswith("-E-"):
-            errors.append(line)
-            problems.add(f"mlxlink reported an error: {line}")
-            continue
-        if line.startswith(("-W-", "-I-")):
-            warnings.append(line)
-            continue
-        kv = _split_kv(line)
-        if kv is None or section is None:
-            problems.line(section or "before the first section header", line)
-            continue
-        key = _snake(kv[0])
-        if not key:
-            problems.line(section, line)
-            continue
-        target = module if section == _MODULE_SECTION and module is not None else sections[section]
-        value, limits = _mlxlink_value(key, kv[1])
-        if key in target:
-            problems.add(f"{section}: {kv[0]} printed twice; the last is kept")
-        target[key] = value
-        if limits is not None:
-            target[f"{key}_range"] = limits
-
-    if module is None and not sections:
-        reason = f"mlxlink printed no section, only: {errors[0]}" if errors else ""
-        return unrecognised(
-            MLXLINK, reason or "no mlxlink section (e.g. 'Module Info') found", errors=errors
-        )
-    if module is None:
-        problems.add("no 'Module Info' section (mlxlink run without -m?)")
-    elif not module:
-        problems.add("'Module Info' section has no fields (truncated output?)")
-        module = None
-    data = {"module": module, "sections": sections, "errors": errors, "warnings": warnings}
-    return ParseResult(MLXLINK, True, data, problems.result())
