@@ -142,7 +142,9 @@ def _profile_group(
             "subnet_manager": "switch",
         }
     else:
-        fabric = {"name": f"roce{suffix}", "kind": "roce", "rate_gbps": rate}
+        # gid_index: the RoCE v2 GID of an mlx5 port with one IPv4 address (show_gids); the
+        # stand-in prints the index -x gives it (0 without), so the lab proves it is passed
+        fabric = {"name": f"roce{suffix}", "kind": "roce", "rate_gbps": rate, "gid_index": 3}
     # one profile: the starter's leaf (topology.conf); several: no topology, since topology.conf
     # describes one fabric and Slurm places no job across nodes it does not connect
     if leaf_fabric and not suffix:

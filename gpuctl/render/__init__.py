@@ -558,8 +558,13 @@ def _group_vars(cluster: Cluster, group: NodeGroup, gi: int) -> dict[str, Any]:
     # IP ToS byte, DSCP << 2, so NCCL rides the lossless class the roce_qos role sets up
     nccl_conf: dict[str, Any] = {}
     if roce:
-        qos = fabrics[str(roce[0]["fabric"])].qos or RoceQos()
+        fabric = fabrics[str(roce[0]["fabric"])]
+        qos = fabric.qos or RoceQos()
         nccl_conf["NCCL_IB_TC"] = qos.dscp << 2
+        # the GID NCCL addresses by (a routed RoCE v2 fabric needs the RoCE v2 IPv4 one);
+        # without it NCCL picks its own
+        if fabric.gid_index is not None:
+            nccl_conf["NCCL_IB_GID_INDEX"] = fabric.gid_index
         qos_vars = {
             "roce_qos_devices": [n["device"] for n in roce],
             "roce_qos_trust": qos.trust,

@@ -77,6 +77,7 @@ from gpuctl.validation.probes import (
     ib_write_bw_client,
     ib_write_bw_server,
     perftest_kind,
+    perftest_options,
     phases,
     probes_for,
     wants_ib_write_bw,
@@ -289,6 +290,11 @@ class Collector:
     def _hcas(self, node: str, fabric: str) -> list[str]:
         return [n.device for n in self.exps[node].nics if n.fabric == fabric]
 
+    def _perftest_options(self, node: str, hca: str) -> tuple[str, ...]:
+        """``hca``'s RoCE addressing on ``node`` (GID index, traffic class)."""
+        nic = next((n for n in self.exps[node].nics if n.device == hca), None)
+        return perftest_options(nic)
+
     @staticmethod
     def _close(state: _NodeState) -> None:
         if state.session is not None:
@@ -434,8 +440,10 @@ class Collector:
         ok = True
         for i, (peer_hca, hca) in enumerate(plan):
             port = base + i
-            s_argv = ib_write_bw_server(peer_hca, port)
-            c_argv = ib_write_bw_client(hca, port, srv.target.address)
+            s_argv = ib_write_bw_server(peer_hca, port, self._perftest_options(server, peer_hca))
+            c_argv = ib_write_bw_client(
+                hca, port, srv.target.address, self._perftest_options(client, hca)
+            )
             note = self._pairing(server, client, peer_hca, hca)
             more: dict[str, Any] = {"retest": retest} | ({"pairing": note} if note else {})
             extra_s = {"role": "server", "peer": client, "peer_hca": hca, **more}

@@ -8,7 +8,7 @@ from typing import Any
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds
 from gpuctl.config.facts import effective_interconnect, fabric_rate
-from gpuctl.config.model import Cluster, RdmaStack, Role
+from gpuctl.config.model import Cluster, Fabric, FabricKind, RdmaStack, RoceQos, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +17,10 @@ class ExpectedNic:
     fabric: str
     kind: str  # infiniband | roce
     rate_gbps: int | None
+    # RoCE: the GID index ib_write_bw uses (-x; None: perftest's own choice) and the traffic
+    # class it sends with (--tclass: DSCP << 2, the lossless class the roce_qos role sets up)
+    gid_index: int | None = None
+    traffic_class: int | None = None
 
     @property
     def link_layer(self) -> str:
@@ -72,6 +76,14 @@ def nvbandwidth_cuda(dcgm_version: str, cuda_version: str) -> str | None:
     return cuda_major if dcgm_major == "4" and cuda_major.isdigit() else None
 
 
+def _roce_addressing(fabric: Fabric) -> tuple[int | None, int | None]:
+    """(GID index, traffic class) of a RoCE fabric's ib_write_bw; (None, None) on InfiniBand.
+    The traffic class is the IP ToS byte, DSCP << 2, as NCCL_IB_TC in /etc/nccl.conf."""
+    if fabric.kind is not FabricKind.ROCE:
+        return None, None
+    return fabric.gid_index, (fabric.qos or RoceQos()).dscp << 2
+
+
 def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
     fabrics = {f.name: f for f in cluster.fabrics}
     rdma = cluster.software.rdma
@@ -93,6 +105,7 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
                 nic.fabric,
                 fabrics[nic.fabric].kind.value,
                 nic.rate_gbps or fabric_rate(fabrics[nic.fabric]),
+                *_roce_addressing(fabrics[nic.fabric]),
             )
             for nic in group.nics
             for dev in _expand(nic.devices)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
 from gpuctl.config.model import LEVELS, Level
-from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.expect import ExpectedNic, NodeExpectation
 
 T = TypeVar("T")
 QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.value
@@ -579,7 +579,8 @@ IB_WRITE_BW_SERVER_START_S = 15
 SERVER_READY = "Waiting for client to connect"
 
 
-def ib_write_bw_server(hca: str, port: int) -> tuple[str, ...]:
+def ib_write_bw_server(hca: str, port: int, options: Sequence[str] = ()) -> tuple[str, ...]:
+    """The server side on ``hca``; ``options``: :func:`perftest_options` of its adapter."""
     return (
         "ib_write_bw",
         "-d",
@@ -590,11 +591,28 @@ def ib_write_bw_server(hca: str, port: int) -> tuple[str, ...]:
         str(IB_WRITE_BW_SIZE),
         "-F",
         "--report_gbits",
+        *options,
     )
 
 
-def ib_write_bw_client(hca: str, port: int, server_address: str) -> tuple[str, ...]:
-    return (*ib_write_bw_server(hca, port), server_address)
+def ib_write_bw_client(
+    hca: str, port: int, server_address: str, options: Sequence[str] = ()
+) -> tuple[str, ...]:
+    return (*ib_write_bw_server(hca, port, options), server_address)
+
+
+def perftest_options(nic: ExpectedNic | None) -> tuple[str, ...]:
+    """perftest's addressing of a RoCE adapter: the GID index (``-x``, cluster.yml's
+    ``fabrics[].gid_index``) and the traffic class (``--tclass``, DSCP << 2: the lossless
+    class, as NCCL_IB_TC); nothing on InfiniBand."""
+    if nic is None:
+        return ()
+    out: tuple[str, ...] = ()
+    if nic.gid_index is not None:
+        out += ("-x", str(nic.gid_index))
+    if nic.traffic_class is not None:
+        out += (f"--tclass={nic.traffic_class}",)
+    return out
 
 
 def perftest_kind(hca: str) -> str:

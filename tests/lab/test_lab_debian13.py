@@ -222,6 +222,13 @@ def test_the_mixed_cluster_validates_at_standard_with_zero_failed_checks(
         assert {"gpu.count", "gpu.driver", "dcgm.diag", "xid"} <= checks, (node, checks)
         if node in PEERS_OF_TWO:  # single_gpu: one GPU, no fabric NIC: no NCCL ring, no pair
             assert {"nccl.busbw", "ib.write_bw", "ib.port.state"} <= checks, (node, checks)
+    # RoCE: ib_write_bw ran on the lab cluster.yml's fabrics[].gid_index (-x 3): the stand-in
+    # prints the index -x gives it and 0 without, as perftest documents
+    for node in GROUPS["l40s_pcie"]:
+        runs = sorted((tmp_path / "bundle" / node).glob("perftest-*.txt"))
+        assert runs, node
+        for run in runs:
+            assert "GID index       : 3\n" in run.read_text(), (node, run.name)
     for check in ("nccl.busbw.fleet", "ib.write_bw.fleet"):
         fleet = _fleet(report, check)
         for node in PEERS_OF_TWO:
@@ -271,7 +278,9 @@ def test_roce_qos_and_nccls_traffic_class_on_a_roce_node(trixie: Trixie) -> None
     node = "gpu003"  # l40s-pcie: 2x 100 GbE RoCE
     # NCCL does not use RDMA-CM: without NCCL_IB_TC its traffic rides class 0; DSCP 26 (the
     # lossless class of priority 3) << 2 = traffic class 104
-    assert "NCCL_IB_TC=104" in on(node, "cat /etc/nccl.conf").split()
+    conf = on(node, "cat /etc/nccl.conf").split()
+    assert "NCCL_IB_TC=104" in conf
+    assert "NCCL_IB_GID_INDEX=3" in conf  # the lab cluster.yml's fabrics[].gid_index
     assert "NCCL_IB_TC" not in on("gpu001", "cat /etc/nccl.conf")  # InfiniBand: none
     # the QoS script, run as the role installed it, finds nothing to change on the SIMULATED
     # ports (gpuctl/lab/sim/qos.py, sysroot.py): trust dscp, PFC on priority 3, RDMA-CM's ToS

@@ -311,6 +311,13 @@ def test_benchmarks(name: str) -> None:
     rows = _ok("perftest", perf.ib_write_bw(profile, {}, NODE, all_sizes)).data["rows"]
     assert rows[0]["bytes"] == 2
     assert rows[-1]["bytes"] == 8 << 20
+    # RoCE: the GID index perftest prints is the one -x asked for (0 without: perftest's
+    # usage text, "Default : IB - no gid . ETH - 0")
+    ethernet = profile["nics"]["link_layer"] == "Ethernet"
+    for gid, shown in ((None, "0"), (5, "5")):
+        gid_args = perf.PerftestArgs(server="peer", gid_index=gid)
+        settings = _ok("perftest", perf.ib_write_bw(profile, {}, NODE, gid_args)).data["settings"]
+        assert settings.get("GID index") == (shown if ethernet else None)
 
 
 @pytest.mark.parametrize("name", PROFILES)

@@ -57,7 +57,7 @@ def test_roce_nodes_get_nccl_ib_tc_from_the_fabrics_dscp() -> None:
     groups = _group_vars(INVENTORIES / "a100-roce.yml")
     gpu = groups["ng_a100"]
     assert gpu["roce_qos_dscp"] == 26
-    assert gpu["nccl_conf"] == {"NCCL_IB_TC": 26 << 2} == {"NCCL_IB_TC": 104}
+    assert gpu["nccl_conf"] == {"NCCL_IB_TC": 26 << 2, "NCCL_IB_GID_INDEX": 3}
     # the same byte RDMA-CM gets from the roce_qos role
     tos = dict(
         line.split("=", 1)

@@ -95,6 +95,14 @@ class Fabric(StrictModel):
     )
     ipoib: Ipoib | None = Field(None, description="InfiniBand only: IPoIB addressing.")
     qos: RoceQos | None = Field(None, description="RoCE only: lossless settings (PFC/ECN/DSCP).")
+    gid_index: int | None = Field(
+        None,
+        ge=0,
+        le=255,
+        description="RoCE only: the GID table index ib_write_bw (`-x`) and NCCL "
+        "(`NCCL_IB_GID_INDEX`) use; on a routed RoCE v2 fabric the RoCE v2 GID of the "
+        "adapter's IPv4 address (often 3 on mlx5: `show_gids`). Null: each tool picks its own.",
+    )
     topology: Topology | None = Field(
         None, description="Switch tree; null for a single node or when not modelled."
     )

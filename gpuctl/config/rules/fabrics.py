@@ -33,6 +33,13 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                 )
             if fab.qos is not None:
                 out.append(((*base, "qos"), "qos (PFC/ECN/DSCP) applies to RoCE fabrics only"))
+            if fab.gid_index is not None:
+                out.append(
+                    (
+                        (*base, "gid_index"),
+                        "gid_index applies to RoCE fabrics only (InfiniBand addresses by LID)",
+                    )
+                )
         else:
             if fab.generation is not None:
                 out.append(

@@ -285,6 +285,7 @@ class PerftestArgs:
     qps: int = 1
     gbits: bool = False
     port: int = 18515  # -p: the TCP port of the out-of-band exchange
+    gid_index: int | None = None  # -x; RoCE without it: 0 (perftest's usage: "ETH - 0")
     title: str = "RDMA_Write BW Test"  # ib_read_bw: RDMA_Read BW Test, ib_send_bw: Send BW Test
 
 
@@ -373,7 +374,7 @@ def ib_write_bw(
         f" Link type       : {hca.link_layer if ethernet else 'IB'}",
     ]
     if ethernet:
-        head.append(" GID index       : 3")
+        head.append(f" GID index       : {args.gid_index or 0}")
     head += [
         " Max inline data : 0[B]",
         " rdma_cm QPs     : OFF",

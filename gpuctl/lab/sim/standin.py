@@ -543,7 +543,7 @@ def _all_reduce_ranks(
 
 _PERFTEST_VALUE = {"-d", "--ib-dev", "-s", "--size", "-n", "--iters", "-q", "--qp", "-i",
                    "--ib-port", "-x", "--gid-index", "-D", "--duration", "-p", "--port",
-                   "-m", "--mtu", "-t", "--tx-depth"}  # fmt: skip
+                   "-m", "--mtu", "-t", "--tx-depth", "--tclass"}  # fmt: skip
 _PERFTEST_FLAGS = {"--report_gbits", "-a", "--all", "-F", "--CPU-freq", "-R", "--rdma_cm", "-b",
                    "--bidirectional"}  # fmt: skip
 
@@ -587,6 +587,8 @@ def _bw_test(tool: str, node: str, args: list[str], io: _Out) -> int:
                     values["qps"] = int(value)
                 elif name in ("-p", "--port"):
                     values["port"] = int(value)
+                elif name in ("-x", "--gid-index"):
+                    values["gid_index"] = int(value)
             except ValueError:
                 io.err(f" Invalid value {value!r} for {name}\n")
                 return 1

@@ -286,6 +286,23 @@ def judge_ib_write_bw(
             out += [with_subject(u, subject) for u in unknown]
             continue
         run = perftest_of(result.data)
+        if nic.gid_index is not None and run.gid_index != nic.gid_index:
+            # another GID is another path (RoCE v1 or a link-local address): not the one jobs use
+            used = "no GID index" if run.gid_index is None else f"GID index {run.gid_index}"
+            out.append(
+                finding(
+                    exp,
+                    "ib.write_bw",
+                    Verdict.UNKNOWN,
+                    f"ib_write_bw ran with {used}, not fabrics[].gid_index {nic.gid_index} "
+                    "(-x): its bandwidth is not of the path NCCL uses; not judged",
+                    subject=subject,
+                    expected=threshold,
+                    unit="Gb/s",
+                )
+            )
+            out += [with_subject(u, subject) for u in unknown]
+            continue
         unread = unread_lines(probe.text, PERFTEST_LINE, run.rows_read, "#bytes")
         if unread:
             out.append(

@@ -440,6 +440,7 @@ class Perftest:
     dual_port: str | None  # the "Dual-port" setting as printed ("ON", "OFF")
     bw_rows: tuple[BwRow, ...]
     rows_read: int
+    gid_index: int | None = None  # the "GID index" setting (RoCE); None where not printed
 
     @property
     def bidirectional(self) -> bool:
@@ -461,4 +462,5 @@ def perftest_of(data: Mapping[str, Any]) -> Perftest:
             BwRow(row["bytes"], row["bw_average"]) for row in data["rows"] if "bw_average" in row
         ),
         rows_read=sum(len(b["rows"]) for b in blocks),
+        gid_index=to_count(data["settings"].get("GID index")),
     )
