@@ -102,3 +102,21 @@ def test_a_run_on_the_gid_index_asked_for_is_judged_on_its_bandwidth() -> None:
         assert result.check == "ib.write_bw"
         assert "GID index" not in result.message
         assert result.measured == pytest.approx(10.42)
+
+
+def test_a_run_whose_port_is_not_ethernet_has_no_gid_to_check() -> None:
+    """DGX Spark's ConnectX-7 forced to IB link type: perftest prints no GID index there."""
+    (result,) = _judged(3, "ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt")
+    assert "GID index" not in result.message
+    assert result.measured == pytest.approx(111.71)
+
+
+def test_an_ethernet_run_that_prints_no_gid_index_is_not_judged() -> None:
+    text = capture_output(PERFTEST / CLIENT).replace(" GID index       : 3\n", "")
+    exps = expectations(load_cluster(INVENTORIES / "a100-roce.yml"))
+    exp = next(e for e in exps.values() if any(n.kind == "roce" for n in e.nics))
+    nic = next(n for n in exp.nics if n.kind == "roce")
+    out = {nic.device: ProbeOutput("perftest", text, rc=0)}
+    (result,) = [r for r in judge_ib_write_bw(exp, out) if r.subject == nic.device]
+    assert result.verdict is Verdict.UNKNOWN
+    assert "no GID index" in result.message

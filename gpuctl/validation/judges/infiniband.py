@@ -286,7 +286,11 @@ def judge_ib_write_bw(
             out += [with_subject(u, subject) for u in unknown]
             continue
         run = perftest_of(result.data)
-        if nic.gid_index is not None and run.gid_index != nic.gid_index:
+        if (
+            nic.gid_index is not None
+            and run.link_type == "Ethernet"  # perftest prints a GID index on Ethernet only
+            and run.gid_index != nic.gid_index
+        ):
             # another GID is another path (RoCE v1 or a link-local address): not the one jobs use
             used = "no GID index" if run.gid_index is None else f"GID index {run.gid_index}"
             out.append(

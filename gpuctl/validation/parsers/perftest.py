@@ -441,6 +441,7 @@ class Perftest:
     bw_rows: tuple[BwRow, ...]
     rows_read: int
     gid_index: int | None = None  # the "GID index" setting (RoCE); None where not printed
+    link_type: str | None = None  # the "Link type" setting as printed ("Ethernet", "IB")
 
     @property
     def bidirectional(self) -> bool:
@@ -463,4 +464,5 @@ def perftest_of(data: Mapping[str, Any]) -> Perftest:
         ),
         rows_read=sum(len(b["rows"]) for b in blocks),
         gid_index=to_count(data["settings"].get("GID index")),
+        link_type=data.get("link_type"),
     )
