@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -338,6 +339,20 @@ def test_write_reports_in_forked_workers_writes_the_same(
 
     monkeypatch.setattr(write, "PARALLEL_MIN_CHECKS", 1)  # this small report counts as large
     _write_every_format(tmp_path, jobs=2)
+    # a worker that dies (killed, out of memory) leaves no file half written: every file is
+    # written again in this process
+    parent = os.getpid()
+    junit = write.RENDERERS["junit"]
+
+    def dies_in_a_worker(rep: ValidationReport) -> str:
+        if os.getpid() != parent:
+            os._exit(9)
+        return junit(rep)
+
+    monkeypatch.setitem(write.RENDERERS, "junit", dies_in_a_worker)
+    again = tmp_path / "again"
+    again.mkdir()
+    _write_every_format(again, jobs=2)
 
 
 def test_a_check_result_pickles_with_every_field() -> None:

@@ -14,6 +14,7 @@ import gc
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from gpuctl.fileio import write_atomic
@@ -53,19 +54,26 @@ def write_reports(
 ) -> tuple[Path, ...]:
     """Write ``report`` as each (format, path) of ``files`` (formats: :data:`RENDERERS`);
     the paths written, in the order given. The first file that cannot be written raises its
-    OSError (the files written before it stay)."""
+    OSError (the files written before it stay). A worker that dies leaves nothing half
+    written (each file is replaced whole): every file is then written here, one by one."""
     unknown = [fmt for fmt, _ in files if fmt not in RENDERERS]
     if unknown:
         raise ValueError(f"no report format {', '.join(unknown)}")  # a bug in the caller
     checks = sum(len(node.checks) for node in report.nodes)
-    if jobs < 2 or len(files) < 2 or checks < PARALLEL_MIN_CHECKS:
-        _SHARED[:] = [report]
-        try:
-            return tuple(_write_one(fmt, path) for fmt, path in files)
-        finally:
-            _SHARED.clear()
-    order = sorted(range(len(files)), key=lambda i: list(RENDERERS).index(files[i][0]))
     _SHARED[:] = [report]
+    try:
+        if jobs >= 2 and len(files) >= 2 and checks >= PARALLEL_MIN_CHECKS:
+            try:
+                return _side_by_side(files, jobs)
+            except BrokenProcessPool:
+                pass  # a worker died (killed, out of memory): every file is written again here
+        return tuple(_write_one(fmt, path) for fmt, path in files)
+    finally:
+        _SHARED.clear()
+
+
+def _side_by_side(files: Sequence[tuple[str, Path]], jobs: int) -> tuple[Path, ...]:
+    order = sorted(range(len(files)), key=lambda i: list(RENDERERS).index(files[i][0]))
     # the workers must not copy the report's pages to run their collector over objects
     # that were made before the fork
     gc.freeze()
@@ -77,4 +85,3 @@ def write_reports(
             return tuple(futures[i].result() for i in range(len(files)))
     finally:
         gc.unfreeze()
-        _SHARED.clear()
