@@ -502,24 +502,32 @@ PROBES: tuple[Probe, ...] = (
 # share one plan. The judges ask for a node's plan many times (``collects``): computed once.
 _NOT_IN_PLAN = frozenset({"node", "thresholds", "sources"})
 _PLAN_FIELDS = tuple(f.name for f in fields(NodeExpectation) if f.name not in _NOT_IN_PLAN)
-_PLANS: dict[tuple[object, ...], tuple[Probe, ...]] = {}
+_PLANS: dict[tuple[object, ...], tuple[tuple[Probe, ...], frozenset[str]]] = {}
 _PLANS_MAX = 4096
 
 
 def probes_for(exp: NodeExpectation, level: str | None = None) -> list[Probe]:
     """The probes one node runs at ``level`` (default: the node's own level from cluster.yml),
     light ones first, then the exclusive ones, then the second reads, in table order."""
+    return list(_cached_plan(exp, level)[0])
+
+
+def _cached_plan(
+    exp: NodeExpectation, level: str | None
+) -> tuple[tuple[Probe, ...], frozenset[str]]:
+    """The node's plan at ``level`` and the kinds of its probes, made once per node shape."""
     lvl = level or exp.level
     if lvl not in LEVELS:
         raise ValueError(f"unknown level {lvl!r}; levels: {', '.join(LEVELS)}")
     key = (lvl, *(getattr(exp, name) for name in _PLAN_FIELDS))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = tuple(_plan(exp, lvl))
+        probes = tuple(_plan(exp, lvl))
+        plan = (probes, frozenset(p.kind for p in probes))
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
         _PLANS[key] = plan
-    return list(plan)
+    return plan
 
 
 def _plan(exp: NodeExpectation, lvl: str) -> list[Probe]:
@@ -548,7 +556,7 @@ def _per_hca(probe: Probe, exp: NodeExpectation) -> list[Probe]:
 
 def collects(exp: NodeExpectation, kind: str, level: str | None = None) -> bool:
     """Whether the node runs a probe whose output is ``kind`` at ``level`` (default: its own)."""
-    return any(p.kind == kind for p in probes_for(exp, level))
+    return kind in _cached_plan(exp, level)[1]
 
 
 def option(kind: str, flag: str, level: str | None = None) -> str | None:
