@@ -132,6 +132,11 @@ class PackageSources(StrictModel):
         "https://github.com/NVIDIA/nccl-tests.git",
         description="Git URL of nccl-tests (or a mirror of it).",
     )
+    perftest: Url = Field(
+        "https://github.com/linux-rdma/perftest.git",
+        description="Git URL of linux-rdma/perftest (or a mirror of it), built with CUDA where "
+        "`software.perftest` is set.",
+    )
     slurm: SlurmSource | None = Field(
         None,
         description="A package repository the Slurm roles add for Slurm (a site repository or "

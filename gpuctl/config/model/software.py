@@ -97,6 +97,13 @@ class Software(StrictModel):
     )
     nccl_tests: Version = Field(description='nccl-tests release tag without the v, e.g. "2.14.1".')
     dcgm: Version = Field(description='DCGM version, e.g. "4.2.3".')
+    perftest: Version | None = Field(
+        None,
+        description="linux-rdma/perftest release tag, exactly as tagged (e.g. "
+        '"25.10.0-0.128"), built with CUDA on GPU nodes with RDMA NICs for the GPUDirect RDMA '
+        "check (`ib_write_bw --use_cuda`): the distributions' perftest has no CUDA. null = not "
+        "built, and the check does not run.",
+    )
     rdma: Rdma = Field(default_factory=lambda: Rdma(), description="RDMA stack.")
     mpi: Mpi = Field(default_factory=lambda: Mpi(), description="MPI for nccl-tests.")
     slurm: Version | None = Field(
