@@ -580,11 +580,28 @@ def _group_vars(cluster: Cluster, group: NodeGroup, gi: int) -> dict[str, Any]:
         "fabric_manager_enabled": _interconnect(group) == "nvswitch",
         "rdma_devices": rdma_devices,
         **qos_vars,
+        **_perftest_cuda_vars(cluster, group),
         "nccl_conf": nccl_conf,
         "gpuctl_validation_level": (group.validation.level or cluster.validation.level).value,
         "gpuctl_thresholds": {
             k: v.value for k, v in effective_thresholds(cluster, group, gi).items()
         },
+    }
+
+
+def _perftest_cuda_vars(cluster: Cluster, group: NodeGroup) -> dict[str, Any]:
+    """perftest built with CUDA (the validation_tools role), for the GPUDirect RDMA check: only
+    on GPU nodes with RDMA NICs, the hosts where the rdma role loads nvidia-peermem (GPU hosts
+    of its play on the rdma group). The CUDA home is the nccl role's: /usr/local/cuda-<X.Y>,
+    where software.cuda is the +cudaX.Y of the NCCL package (a rule of gpuctl check)."""
+    if group.gpus is None or not group.nics:
+        return {}
+    sw = cluster.software
+    return {
+        "validation_tools_perftest_version": sw.perftest or "",
+        "validation_tools_perftest_repo_url": cluster.package_sources.perftest,
+        "validation_tools_perftest_cuda_version": sw.cuda,
+        "validation_tools_perftest_cuda_home": f"/usr/local/cuda-{sw.cuda}",
     }
 
 

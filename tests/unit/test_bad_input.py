@@ -306,6 +306,31 @@ def test_version_written_as_a_number(runner: CliRunner, tmp_path: Path, valid_do
     assert problem.message.startswith('write versions as quoted strings ("12.1")')
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("25.10.0-0.128", None),  # linux-rdma/perftest's tag form from 23.04 on
+        ("v4.5-0.20", None),  # and before
+        ("25.10.0-0.128; rm -rf /", "'25.10.0-0.128; rm -rf /' does not match ^[0-9A-Za-z]"),
+        ("../25.10", "'../25.10' does not match ^[0-9A-Za-z]"),
+        (25.1, 'write versions as quoted strings ("25.1")'),
+    ],
+)
+def test_perftest_is_a_version_and_a_bad_one_is_one_line(
+    runner: CliRunner, tmp_path: Path, valid_doc: Doc, value: Any, expected: str | None
+) -> None:
+    valid_doc["software"]["perftest"] = value
+    valid_doc["package_sources"]["perftest"] = "http://git.example.com/mirror/perftest.git"
+    target = _write(tmp_path, _dump(valid_doc))
+    if expected is None:
+        result = runner.invoke(app, ["check", str(target)])
+        assert result.exit_code == 0, result.stderr
+        return
+    problem = _only(runner, target)
+    assert problem.path == "software.perftest"
+    assert problem.message.startswith(expected)
+
+
 def test_non_string_keys(runner: CliRunner, tmp_path: Path, valid_doc: Doc) -> None:
     text = _dump(valid_doc) + "1: one\n"
     messages = [p.message for p in _located(runner, _write(tmp_path, text))]

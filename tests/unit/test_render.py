@@ -249,6 +249,39 @@ def test_roce_groups_get_the_fabric_qos_and_ib_fabrics_opensm_on_one_host() -> N
     ]
 
 
+def test_perftest_with_cuda_is_for_gpu_hosts_with_rdma_nics_only() -> None:
+    doc = _doc()
+    doc["software"]["perftest"] = "25.10.0-0.128"
+    doc["package_sources"]["perftest"] = "http://git.example.com/mirror/perftest.git"
+    files = render_files(load_cluster_text(yaml.safe_dump(doc), "c.yml"))
+    gpu_nic = _vars_of(files, "group_vars/ng_hgx.yml")
+    assert gpu_nic["rdma_devices"]  # the group has GPUs and RDMA NICs
+    assert {k: v for k, v in gpu_nic.items() if k.startswith("validation_tools_")} == {
+        "validation_tools_perftest_version": "25.10.0-0.128",
+        "validation_tools_perftest_repo_url": "http://git.example.com/mirror/perftest.git",
+        "validation_tools_perftest_cuda_version": "12.8",
+        # the nccl role's CUDA home for nccl-tests (/usr/local/cuda-<nccl's +cudaX.Y>)
+        "validation_tools_perftest_cuda_home": "/usr/local/cuda-12.8",
+    }
+    cpu_only = _vars_of(files, "group_vars/ng_head.yml")
+    assert cpu_only["gpuctl_gpu"] is None
+    assert not any(k.startswith("validation_tools_") for k in cpu_only)
+    assert "validation_tools_" not in files["group_vars/all.yml"]
+
+    # null: the GPU hosts with NICs get an empty version, which the role builds nothing for
+    del doc["software"]["perftest"]
+    files = render_files(load_cluster_text(yaml.safe_dump(doc), "c.yml"))
+    assert _vars_of(files, "group_vars/ng_hgx.yml")["validation_tools_perftest_version"] == ""
+    # GPUs without RDMA NICs: nothing
+    doc["node_groups"][1].pop("nics")
+    doc["fabrics"] = []
+    doc["software"]["perftest"] = "25.10.0-0.128"
+    files = render_files(load_cluster_text(yaml.safe_dump(doc), "c.yml"))
+    assert not any(
+        k.startswith("validation_tools_") for k in _vars_of(files, "group_vars/ng_hgx.yml")
+    )
+
+
 def test_ipoib_network_too_small_is_an_error_not_a_clash() -> None:
     doc = _doc()
     doc["fabrics"][0]["ipoib"] = {"network": "10.10.0.0/30"}  # 2 usable addresses, 4 hosts
