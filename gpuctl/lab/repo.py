@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from gpuctl.lab.git_trees import source_tree
 from gpuctl.lab.system import LabError, run, spawn
 from gpuctl.lab.system import lab_dir as _lab_dir
 from gpuctl.lab.system import run_dir as _run_dir
@@ -172,7 +173,10 @@ def _package_spec(p: dict[str, Any], versions: dict[str, str], *, default: bool)
 # Building the .deb files and the index
 
 
-def _wrapper(tool: str) -> str:
+def _wrapper(tool: str, suffix: str = "") -> str:
+    """The launcher of a stand-in tool: the simulator's handler of the program's own name, plus
+    ``suffix`` (``+cuda``: perftest built with CUDA)."""
+    handler = "os.path.basename(sys.argv[0])" + (f' + "{suffix}"' if suffix else "")
     return (
         "#!/usr/bin/python3\n"
         f'"""{tool}: {STANDIN_NOTICE} (the gpuctl lab simulator)."""\n'
@@ -183,7 +187,7 @@ def _wrapper(tool: str) -> str:
         "    from gpuctl.lab.sim.standin import main\n"
         "except ImportError as exc:\n"
         f'    sys.exit(f"{tool}: the gpuctl lab simulator is incomplete ({{exc}})")\n\n'
-        "sys.exit(main(os.path.basename(sys.argv[0]), sys.argv[1:]))\n"
+        f"sys.exit(main({handler}, sys.argv[1:]))\n"
     )
 
 
@@ -465,45 +469,6 @@ def git_url(name: str) -> str:
     return f"{REPO_URL}/git/{name}.git"
 
 
-def nccl_tests_makefile(bins: tuple[str, ...]) -> str:
-    """The stand-in's Makefile: nccl-tests' make variables, checked as a real build needs them.
-
-    NVIDIA/nccl-tests README: ``make MPI=1 MPI_HOME=/path/to/mpi CUDA_HOME=/path/to/cuda
-    NCCL_HOME=/path/to/nccl``, binaries in ``./build`` (BUILDDIR). A real build needs
-    $(CUDA_HOME)/bin/nvcc, $(MPI_HOME)/include/mpi.h with MPI=1 and $(NCCL_HOME)/include/nccl.h;
-    this one checks the same files, compiles nothing and installs the simulator's launcher under
-    each test's name.
-    """
-    return (
-        f"# nccl-tests: {STANDIN_NOTICE} (not NVIDIA/nccl-tests).\n"
-        "# Same make variables as https://github.com/NVIDIA/nccl-tests; nothing is compiled.\n"
-        "BUILDDIR ?= build\n"
-        "CUDA_HOME ?= /usr/local/cuda\n"
-        "MPI ?= 0\n"
-        "MPI_HOME ?=\n"
-        "NCCL_HOME ?=\n"
-        f"BINS := {' '.join(bins)}\n\n"
-        "all: $(addprefix $(BUILDDIR)/,$(BINS))\n\n"
-        "check:\n"
-        '\t@test -x "$(CUDA_HOME)/bin/nvcc" || '
-        '{ echo "nvcc not found: $(CUDA_HOME)/bin/nvcc (set CUDA_HOME)" >&2; exit 1; }\n'
-        "ifeq ($(MPI),1)\n"
-        '\t@test -f "$(MPI_HOME)/include/mpi.h" || '
-        '{ echo "mpi.h not found: $(MPI_HOME)/include/mpi.h (set MPI_HOME)" >&2; exit 1; }\n'
-        "endif\n"
-        "ifneq ($(NCCL_HOME),)\n"
-        '\t@test -f "$(NCCL_HOME)/include/nccl.h" || '
-        '{ echo "nccl.h not found: $(NCCL_HOME)/include/nccl.h (set NCCL_HOME)" >&2; exit 1; }\n'
-        "endif\n\n"
-        "$(BUILDDIR)/%: src/launcher.py | check\n"
-        "\t@mkdir -p $(BUILDDIR)\n"
-        "\tinstall -m 0755 $< $@\n\n"
-        "clean:\n"
-        "\trm -rf $(BUILDDIR)\n\n"
-        ".PHONY: all check clean\n"
-    )
-
-
 def _git(cwd: Path, *args: str) -> None:
     env = {
         "GIT_AUTHOR_NAME": "gpuctl lab",
@@ -523,14 +488,9 @@ def build_git_repo(spec: GitRepoSpec, out_dir: Path) -> Path:
     bare = out_dir / f"{spec.name}.git"
     with tempfile.TemporaryDirectory(prefix="gpuctl-git-") as tmp:
         work = Path(tmp) / spec.name
-        _write(work / "Makefile", nccl_tests_makefile(spec.bins))
-        _write(work / "src" / "launcher.py", _wrapper(spec.name), 0o755)
-        _write(
-            work / "README.md",
-            f"# {spec.name} ({STANDIN_NOTICE})\n\nServed to lab nodes only; {spec.source}\n"
-            "`make MPI=1 MPI_HOME=... CUDA_HOME=... NCCL_HOME=...` writes launchers of the lab "
-            "simulator into build/.\n",
-        )
+        tree = source_tree(spec.name, spec.bins, spec.source, STANDIN_NOTICE, _wrapper)
+        for rel, (text, mode) in tree.items():
+            _write(work / rel, text, mode)
         _git(work, "init", "-q", "-b", "master")
         _git(work, "add", "-A")
         _git(work, "commit", "-q", "-m", f"{spec.name} {spec.tag}: {STANDIN_NOTICE}")

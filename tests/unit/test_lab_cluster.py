@@ -9,7 +9,7 @@ from helpers import ROOT
 
 from gpuctl.config import load_cluster_text
 from gpuctl.config.derived import summarize
-from gpuctl.lab import lab
+from gpuctl.lab import lab, repo
 from gpuctl.lab.sim import profiles
 from gpuctl.lab.system import LabError
 
@@ -31,6 +31,22 @@ def test_lab_cluster_yml_matches_each_profile(
         assert summary.fabrics == ()
     assert summary.versions["driver"] == hw["driver_version"]
     assert str(tmp_path) in lab.lab_cluster_text(2, name)  # the lab's own key, absolute
+
+
+@pytest.mark.parametrize("name", ["nccl-tests", "perftest"])
+def test_the_lab_builds_its_git_stand_ins_at_the_tags_it_serves(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cluster.yml's source and version of each source tree a role builds are the lab's git
+    mirror of the stand-in and its tag (nccl-tests' tag is v<version>, perftest's the version)."""
+    monkeypatch.setenv("GPUCTL_LAB_DIR", str(tmp_path))
+    spec = next(s for s in repo.load_git_specs() if s.name == name)
+    for profile in profiles.names():
+        cluster = load_cluster_text(lab.lab_cluster_text(2, profile), profile)
+        field = name.replace("-", "_")
+        assert getattr(cluster.package_sources, field) == repo.git_url(name)
+        version = getattr(cluster.software, field)
+        assert spec.tag == (f"v{version}" if name == "nccl-tests" else version)
 
 
 def test_inventories_lab_yml_is_the_default_lab(

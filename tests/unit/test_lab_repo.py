@@ -5,6 +5,7 @@ No root and no lab needed: dpkg-deb builds and reads the packages back.
 
 from __future__ import annotations
 
+import glob
 import gzip
 import hashlib
 import json
@@ -173,8 +174,7 @@ def test_daemons_ship_a_systemd_unit(
 
 
 def test_nccl_tests_git_repository(built: Path, tmp_path: Path) -> None:
-    (spec,) = repo.load_git_specs()
-    assert spec.name == "nccl-tests"
+    spec = next(s for s in repo.load_git_specs() if s.name == "nccl-tests")
     assert spec.tag == "v2.17.9"
     assert repo.git_url("nccl-tests") == "http://198.18.0.1:8081/git/nccl-tests.git"
     bare = built / "git" / "nccl-tests.git"
@@ -215,6 +215,103 @@ def test_nccl_tests_git_repository(built: Path, tmp_path: Path) -> None:
         assert launcher.stat().st_mode & 0o111, tool
         assert "from gpuctl.lab.sim.standin import main" in launcher.read_text()
     assert make("MPI=1", *flags).stdout.count("install") == 0  # nothing left to do
+
+
+def _on_this_machine(path: str) -> bool:
+    """Whether the stand-in's configure finds ``include/...`` or ``lib/...`` in the system's
+    own directories (where it looks after CPPFLAGS' and LDFLAGS')."""
+    kind, _, rel = path.partition("/")
+    roots = (
+        ["/usr/local/include", *glob.glob("/usr/include/*-linux-gnu"), "/usr/include"]
+        if kind == "include"
+        else ["/usr/local/lib", "/usr/lib64", *glob.glob("/usr/lib/*-linux-gnu"), "/usr/lib"]
+    )
+    return any(Path(root, rel).exists() for root in roots)
+
+
+def test_perftest_git_repository(built: Path, tmp_path: Path) -> None:
+    """The perftest stand-in builds as linux-rdma/perftest does (./autogen.sh, ./configure
+    --prefix CUDA_H_PATH, make, make install), checks what that build needs and installs
+    launchers of the simulator's <tool>+cuda handlers where configure found cuda.h."""
+    spec = next(s for s in repo.load_git_specs() if s.name == "perftest")
+    assert spec.tag == "25.10.0-0.128"
+    assert spec.bins == ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat")
+    bare = built / "git" / "perftest.git"
+    assert "refs/tags/25.10.0-0.128" in (bare / "info" / "refs").read_text()
+    work = tmp_path / "perftest"
+    subprocess.run(
+        ["git", "clone", "-q", "--branch", spec.tag, str(bare), str(work)],
+        check=True,
+        capture_output=True,
+    )
+    tools = tmp_path / "tools"  # the autotools and a compiler, as the role installs them
+    tools.mkdir()
+    env = {"PATH": f"{tools}:/usr/bin:/bin", "LC_ALL": "C"}
+
+    def tool(name: str) -> None:
+        (tools / name).write_text("#!/bin/sh\n")
+        (tools / name).chmod(0o755)
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(argv), cwd=work, env=env, capture_output=True, text=True, check=False
+        )
+
+    if shutil.which("libtoolize", path="/usr/bin:/bin") is None:  # (libtool not installed here)
+        missing = run("./autogen.sh")
+        assert (missing.returncode, missing.stderr) == (
+            127,
+            "./autogen.sh: libtoolize: not found\n",
+        )
+    for name in ("libtoolize", "aclocal", "autoheader", "automake", "autoconf", "gcc"):
+        tool(name)
+    assert run("./autogen.sh").returncode == 0
+    dev = tmp_path / "dev"  # the -dev packages' headers and libraries
+    flags = (f"CPPFLAGS=-I{dev}/include", f"LDFLAGS=-L{dev}/lib")
+    prefix = tmp_path / "opt" / "perftest-cuda" / spec.tag
+    cuda_h = tmp_path / "cuda-12.8" / "include" / "cuda.h"
+    configure = ("./configure", f"--prefix={prefix}", f"CUDA_H_PATH={cuda_h}", *flags)
+    needs = [
+        ("include/infiniband/verbs.h", "ibverbs header files not found"),
+        ("lib/libibverbs.so", "libibverbs not found"),
+        ("lib/librdmacm.so", "librdmacm-devel not found"),
+        ("lib/libibumad.so", "libibumad not found"),
+        ("include/pci/pci.h", "pciutils header files not found"),
+        ("lib/libpci.so", "libpci not found"),
+    ]
+    for path, says in needs:
+        if not _on_this_machine(path):  # (a -dev package installed here satisfies configure)
+            failed = run(*configure)
+            assert failed.returncode == 1
+            assert failed.stderr.startswith(f"configure: error: {says}"), failed.stderr
+        (dev / path).parent.mkdir(parents=True, exist_ok=True)
+        (dev / path).write_text("")
+
+    # no cuda.h at CUDA_H_PATH: configure goes on as perftest's from 25.07 does, with
+    # /usr/local/cuda's cuda.h where this machine has one and without CUDA where it has none
+    no_cuda = run(*configure)
+    assert no_cuda.returncode == 0, no_cuda.stderr
+    if Path("/usr/local/cuda/include/cuda.h").is_file():
+        assert "found at /usr/local/cuda/include/cuda.h\n" in no_cuda.stdout
+    else:
+        assert "checking for CUDA header file... no\n" in no_cuda.stdout
+        assert "HAVE_CUDA" not in (work / "config.h").read_text()
+    cuda_h.parent.mkdir(parents=True)
+    cuda_h.write_text("#define CUDA_VERSION 12080\n")
+    with_cuda = run(*configure)
+    assert f"checking for CUDA header file... found at {cuda_h}\n" in with_cuda.stdout
+    assert "#define HAVE_CUDA 1\n" in (work / "config.h").read_text()
+    made = run("make")
+    assert made.returncode == 0, made.stderr
+    installed = run("make", "install")
+    assert installed.returncode == 0, installed.stderr
+    for name in spec.bins:
+        launcher = prefix / "bin" / name
+        assert launcher.stat().st_mode & 0o111, name
+        text = launcher.read_text()
+        assert 'main(os.path.basename(sys.argv[0]) + "+cuda", sys.argv[1:])' in text
+        compile(text, name, "exec")
+    assert run("make").stdout.count("install") == 0  # nothing left to do
 
 
 def test_packages_index_matches_the_files(built: Path) -> None:
