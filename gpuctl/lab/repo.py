@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from gpuctl.lab import git_trees
 from gpuctl.lab.git_trees import source_tree
 from gpuctl.lab.system import LabError, run, spawn
 from gpuctl.lab.system import lab_dir as _lab_dir
@@ -507,7 +508,8 @@ def _source_root() -> Path:
 
 def _inputs_digest(src_root: Path) -> str:
     h = hashlib.sha256()
-    for path in [Path(__file__), PACKAGES_YML] + [s for s, _ in _sim_sources(src_root)]:
+    own = [Path(__file__), Path(git_trees.__file__), PACKAGES_YML]
+    for path in own + [s for s, _ in _sim_sources(src_root)]:
         h.update(str(path).encode())
         with contextlib.suppress(OSError):
             h.update(path.read_bytes())
@@ -517,8 +519,8 @@ def _inputs_digest(src_root: Path) -> str:
 def build_repo(dest: Path | None = None, src_root: Path | None = None) -> bool:
     """Build the lab repository into ``dest``; False (and nothing done) when it is current.
 
-    The stamp covers this module, repo_packages.yml and every simulator file, so a changed
-    simulator is packaged again on the next `gpuctl lab up`.
+    The stamp covers this module, git_trees.py, repo_packages.yml and every simulator file, so
+    a changed simulator or stand-in source tree is built again on the next `gpuctl lab up`.
     """
     dest = dest or repo_dir()
     src_root = src_root or _source_root()
