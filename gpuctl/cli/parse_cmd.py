@@ -27,10 +27,12 @@ def commands_by_kind() -> dict[str, list[str]]:
     gpuctl never runs itself (its parser reads saved output) is absent."""
     from gpuctl import slurm
     from gpuctl.rollout import tools
-    from gpuctl.validation import multinode, probes
+    from gpuctl.validation import gpudirect, multinode, probes
 
     sources: dict[str, list[tuple[str, ...]]] = {}
     for probe in probes.PROBES:
+        if probe.per_gpu:  # GPUDirect RDMA: one run per GPU, below
+            continue
         argv = tuple(
             arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
             for arg in probe.argv
@@ -43,6 +45,10 @@ def commands_by_kind() -> dict[str, list[str]]:
             probes.ib_write_bw_client("<hca>", port, "<server>"),
         ]
     )
+    gdr = gpudirect.server_argv(
+        "<hca>", gpudirect.BASE_PORT, 0, gpudirect.PEERMEM, probes.IB_WRITE_BW_SIZE
+    )
+    sources["perftest"] += [gdr, (*gdr, "<node>")]
     sources.setdefault("nccl", []).append(multinode.srun_argv(("node1", "node2"), 8))
     sources.setdefault("mlxfwmanager", []).append(tuple(tools.nic_query_argv()))
     sources.setdefault("flint-query", []).append(tuple(tools.flint_query_argv("<device>")))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import shlex
 import threading
 import time
@@ -54,7 +55,7 @@ from gpuctl.remote import (
     connect,
 )
 from gpuctl.slurm import show_argv
-from gpuctl.validation import multinode, multinode_collect
+from gpuctl.validation import gpudirect_collect, multinode, multinode_collect
 from gpuctl.validation import pairs as pairing
 from gpuctl.validation.bundle import (
     NodeFolder,
@@ -66,6 +67,7 @@ from gpuctl.validation.bundle import (
     write_header,
 )
 from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.gpudirect import Route
 from gpuctl.validation.judges.base import ProbeOutput
 from gpuctl.validation.judges.infiniband import judge_ib_write_bw
 from gpuctl.validation.probes import (
@@ -145,6 +147,7 @@ class _NodeState(NodeFolder):
     session: LinkSession | None = None  # open from the node's probes until no longer needed
     reached: bool = False  # phase 1 connected to it
     lost: str | None = None  # its connection died during the run: why
+    routes: dict[int, Route] | str | None = None  # GPUDirect: each GPU's adapter, or why not
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +227,13 @@ class Collector:
         if self._cancel.is_set() or session is None:
             return  # stopped: meta.json keeps saying "not finished"
         exp = self.exps[state.target.node]
+        if probe.per_gpu:  # GPUDirect RDMA: its adapter is read from this run's topo -m
+            # (exclusive probes run one by one on the node: read once, after topo -m ran)
+            routed = state.routes = state.routes or gpudirect_collect.routes(state, exp)
+            node, address = state.target.node, state.target.address
+            opts = functools.partial(self._perftest_options, node)
+            gpudirect_collect.run_gpu(state, session, probe, exp, address, routed, opts)
+            return
         argv = probe.command(exp)
         sent = time.time()
         try:

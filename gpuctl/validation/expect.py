@@ -9,6 +9,7 @@ from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds
 from gpuctl.config.facts import effective_interconnect, fabric_rate
 from gpuctl.config.model import Cluster, Fabric, FabricKind, RdmaStack, RoceQos, Role
+from gpuctl.validation.gpudirect import DMABUF, PEERMEM
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,19 @@ class NodeExpectation:
     # GPU nodes with DCGM 4 (which ships nvbandwidth): the CUDA major of its package
     # (datacenter-gpu-manager-4-cuda<major>), where the probe finds nvbandwidth
     nvbandwidth_cuda: str | None = None
+    # GPUDirect RDMA measured (GPU nodes with RDMA adapters where software.perftest builds
+    # perftest with CUDA): how the adapter registers GPU memory, "peermem" (nvidia-peermem, where
+    # the rdma role loads it: DOCA-OFED) or "dmabuf" (inbox rdma-core); None: not measured
+    gpudirect: str | None = None
+
+
+def gpudirect_method(cluster: Cluster) -> str | None:
+    """How GPUDirect RDMA registers GPU memory on the cluster's GPU nodes with adapters
+    (:data:`NodeExpectation.gpudirect`); None where no perftest with CUDA is built."""
+    if cluster.software.perftest is None:
+        return None
+    rdma = cluster.software.rdma
+    return PEERMEM if rdma.peermem and rdma.stack is RdmaStack.DOCA_OFED else DMABUF
 
 
 def nvbandwidth_cuda(dcgm_version: str, cuda_version: str) -> str | None:
@@ -89,6 +103,7 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
     rdma = cluster.software.rdma
     doca_version = rdma.doca_version if rdma.stack is RdmaStack.DOCA_OFED else None
     nvb_cuda = nvbandwidth_cuda(cluster.software.dcgm, cluster.software.cuda)
+    gdr = gpudirect_method(cluster)
     out: dict[str, NodeExpectation] = {}
     for gi, group in enumerate(cluster.node_groups):
         th = effective_thresholds(cluster, group, gi)
@@ -140,6 +155,7 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
                 mft=cluster.software.mft is not None and bool(nics),
                 hugepages=(huge.size_kib, huge.min_total) if huge else None,
                 nvbandwidth_cuda=nvb_cuda if gpus else None,
+                gpudirect=gdr if gpus and nics else None,
                 mounts=tuple(
                     ExpectedMount(m.path, m.fstype, m.min_free_gib) for m in mounts.values()
                 ),

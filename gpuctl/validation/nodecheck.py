@@ -5,7 +5,8 @@ argv, timeouts and kinds), run here through :mod:`gpuctl.remote.local` (argv lis
 shell), each bounded by its timeout; what they print is written into a bundle directory
 (:mod:`gpuctl.validation.bundle`: a temporary one unless ``out`` names one, which `gpuctl validate
 --bundle` can judge again) and judged by the same core (:func:`gpuctl.validation.suite.
-judge_node`). ib_write_bw needs a second node and is left to `gpuctl validate`.
+judge_node`). ib_write_bw needs a second node and is left to `gpuctl validate`, as is the
+GPUDirect RDMA loopback (a server and a client at once).
 
 Slurm, as LBNL's NHC does it: a failed node drains itself with ``gpuctl node-check: <check>
 <detail>; <check> <detail>`` (every failed check by its id), unless it is drained or down
@@ -309,7 +310,9 @@ def node_check(
     name = node or local_node_name()
     _cluster_node(cluster, source, name)
     exp = expectations(with_level(cluster, level))[name]
-    plan = [(p, p.command(exp)) for p in probes_for(exp, level)]
+    # GPUDirect RDMA runs a server and a client at once: left to `gpuctl validate`, as
+    # ib_write_bw between nodes is
+    plan = [(p, p.command(exp)) for p in probes_for(exp, level) if not p.per_gpu]
     collected = datetime.now(UTC)
     collected_at = iso(collected)
     with _bundle_dir(out) as folder:

@@ -15,18 +15,19 @@ an 8-GPU node are far lower.
 - ``quick`` (typically seconds; budget 4 min): GPU inventory and health (``nvidia-smi -q -x``),
   the topology matrix, NVLink states, the kernel log (Xid), Fabric Manager, InfiniBand ports,
   the required mounts (``df``).
-- ``standard`` (typically a few minutes; budget 50 min): quick, plus ``slurmd -C``, the PCIe
+- ``standard`` (typically a few minutes; budget 55 min): quick, plus ``slurmd -C``, the PCIe
   bridges and adapters (``lspci -vvv``), the error counters' first reads, single-node
   nccl-tests over every GPU (all_reduce_perf, then
   all_gather_perf, reduce_scatter_perf, alltoall_perf and sendrecv_perf), nvbandwidth's
-  host-to-device and device-to-host copies (the one DCGM 4 ships) and ``dcgmi diag -r 2``;
-  then ib_write_bw between pairs of
+  host-to-device and device-to-host copies (the one DCGM 4 ships), ``dcgmi diag -r 2`` and,
+  where ``software.perftest`` builds perftest with CUDA, GPUDirect RDMA per GPU (30 s each,
+  :mod:`gpuctl.validation.gpudirect`); then ib_write_bw between pairs of
   nodes, every HCA one after the other (``IB_WRITE_BW_TIMEOUT_S``: 60 s per HCA on the node,
   killed 10 s later, the channel given up 25 s after that; the server gets 15 s to start;
   typically 2-3 s), in one round for an even count of nodes and two for an odd one, plus retest
   rounds for failed pairs (a node alone in the run: with a partner outside --limit, else a
   loopback between its own HCAs, :mod:`gpuctl.validation.pairs`).
-- ``long`` (typically 30-60 min; budget 103 min): standard with ``dcgmi diag -r 3`` instead of
+- ``long`` (typically 30-60 min; budget 108 min): standard with ``dcgmi diag -r 3`` instead of
   ``-r 2``; then, once per node group, multi-node nccl-tests all_reduce_perf through Slurm
   (``srun`` on the controller, one rank per GPU) and, when that run is below its threshold,
   the locator's runs on subsets of the nodes (:mod:`gpuctl.validation.multinode`). Those are
@@ -42,6 +43,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
 from gpuctl.config.model import LEVELS, Level
+from gpuctl.validation import gpudirect
 from gpuctl.validation.expect import ExpectedNic, NodeExpectation
 
 T = TypeVar("T")
@@ -49,7 +51,7 @@ QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.valu
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
 # stays below it (a unit test checks every example cluster).
-LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 3000, LONG: 6180}
+LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 3300, LONG: 6480}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +74,16 @@ class Probe:
     per_hca: bool = False
     # with per_hca: the kinds of adapter it runs for (RoCE ports too, where the tool reads them)
     nic_kinds: tuple[str, ...] = ("infiniband",)
+    # one GPUDirect RDMA run per GPU (:mod:`gpuctl.validation.gpudirect`): kind ``<kind><gpu>``;
+    # ``{hca}`` (the adapter nearest the GPU) is known only once topo -m has been read, so the
+    # collector fills it in and runs the loopback's server and client
+    per_gpu: bool = False
 
     def command(self, exp: NodeExpectation) -> tuple[str, ...]:
         """The argv for ``exp``'s node: ``{gpus}`` its GPU count; the word ``{mounts}`` its
         required mount points, one word each (each word is quoted on the way to the node)."""
+        if self.per_gpu:
+            return self.argv  # made per GPU (:func:`_per_gpu`); {hca}: the collector fills it
         words: list[str] = []
         for a in self.argv:
             if a == "{mounts}":
@@ -494,6 +502,18 @@ PROBES: tuple[Probe, ...] = (
         exclusive=True,
         description="DCGM diagnostics, level 3 (long: adds targeted stress and power)",
     ),
+    # GPUDirect RDMA: each GPU's memory through its nearest adapter, a loopback on that adapter
+    # (gpuctl/validation/gpudirect.py); where cluster.yml builds perftest with CUDA
+    Probe(
+        gpudirect.KIND_PREFIX,
+        (),  # per GPU: gpudirect.server_argv, {hca} filled in when topo -m has been read
+        gpudirect.TIMEOUT_S,
+        _levels(STANDARD, LONG),
+        lambda e: e.gpudirect is not None,
+        exclusive=True,
+        description="ib_write_bw --use_cuda per GPU on its nearest adapter (GPUDirect RDMA)",
+        per_gpu=True,
+    ),
 )
 
 
@@ -534,7 +554,7 @@ def _plan(exp: NodeExpectation, lvl: str) -> list[Probe]:
     chosen: list[Probe] = []
     for p in PROBES:
         if lvl in p.levels and p.needs(exp):
-            chosen += _per_hca(p, exp) if p.per_hca else [p]
+            chosen += _per_hca(p, exp) if p.per_hca else _per_gpu(p, exp) if p.per_gpu else [p]
     light, heavy, after_gpu, after_pairs = phases(chosen)
     return light + heavy + after_gpu + after_pairs
 
@@ -551,6 +571,22 @@ def _per_hca(probe: Probe, exp: NodeExpectation) -> list[Probe]:
         )
         for n in exp.nics
         if n.kind in probe.nic_kinds
+    ]
+
+
+def _per_gpu(probe: Probe, exp: NodeExpectation) -> list[Probe]:
+    """One GPUDirect run per GPU of the node: kind ``perftest.gdr.gpu<index>``, the server's
+    argv with ``{hca}`` for the adapter nearest the GPU (the client adds the node's address)."""
+    method = exp.gpudirect or gpudirect.PEERMEM
+    return [
+        replace(
+            probe,
+            kind=gpudirect.kind(g),
+            argv=gpudirect.server_argv(
+                "{hca}", gpudirect.BASE_PORT + g, g, method, IB_WRITE_BW_SIZE
+            ),
+        )
+        for g in range(exp.gpu_count)
     ]
 
 

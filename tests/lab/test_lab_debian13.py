@@ -229,6 +229,24 @@ def test_the_mixed_cluster_validates_at_standard_with_zero_failed_checks(
         assert runs, node
         for run in runs:
             assert "GID index       : 3\n" in run.read_text(), (node, run.name)
+        # GPUDirect RDMA: each GPU's memory through its nearest RoCE adapter, on the same GID
+        # index, through DMA-BUF (the lab's inbox stack has no peer memory API)
+        gdr = sorted((tmp_path / "bundle" / node).glob("perftest.gdr.gpu*.txt"))
+        assert gdr, node
+        for run in gdr:
+            text = run.read_text()
+            assert "GID index       : 3\n" in text, (node, run.name)
+            assert "Calling ibv_reg_dmabuf_mr(" in text, (node, run.name)
+    for node in PEERS_OF_TWO:
+        gdr_checks = [
+            c["verdict"]
+            for n in report["nodes"]
+            if n["node"] == node
+            for c in n["checks"]
+            if c["check"] == "gpudirect.write_bw"
+        ]
+        assert gdr_checks, node
+        assert set(gdr_checks) == {"ok"}, (node, gdr_checks)
     for check in ("nccl.busbw.fleet", "ib.write_bw.fleet"):
         fleet = _fleet(report, check)
         for node in PEERS_OF_TWO:

@@ -151,18 +151,26 @@ CASES = [
         also=frozenset({"pcie.d2h"}),
     ),
     # the PCIe tree (lspci): ACS redirection on the switch port above GPU2, and mlx5_3's link
-    # trained down to x8 (nvidia-smi and ibstat see nothing wrong); and GPU3's copies with its
-    # peers over NVSwitch at half speed (nvbandwidth device_to_device): three faults, one run
+    # trained down to x8 (nvidia-smi and ibstat see nothing wrong); GPU3's copies with its
+    # peers over NVSwitch at half speed (nvbandwidth device_to_device); and GPU5's memory that
+    # its adapter cannot register (GPUDirect RDMA, as without nvidia-peermem): four faults, one
+    # run
     Case(
         "pcie_acs",
         "2",
         "pcie.acs",
         "above GPU2",
         level="standard",
-        also=frozenset({"pcie.nic.link", "p2p.read", "p2p.write"}),
+        also=frozenset({"pcie.nic.link", "p2p.read", "p2p.write", "gpudirect.write_bw"}),
         more=(
             ("nic_pcie_degraded", "mlx5_3", "pcie.nic.link", "x8 at 32 GT/s, below x16"),
             ("p2p_slow", "3", "p2p.read", "GPU3 197."),
+            (
+                "gpudirect_broken",
+                "5",
+                "gpudirect.write_bw",
+                "could not register GPU5's memory (Couldn't allocate MR",
+            ),
         ),
     ),
     Case(
@@ -173,7 +181,8 @@ CASES = [
         level="standard",
         # every bandwidth: the GPUs' copies with the host and with each other too
         also=NCCL
-        | {"ib.write_bw", "ib.write_bw.fleet", "pcie.h2d", "pcie.d2h", "p2p.read", "p2p.write"},
+        | {"ib.write_bw", "ib.write_bw.fleet", "pcie.h2d", "pcie.d2h", "p2p.read", "p2p.write"}
+        | {"gpudirect.write_bw"},
     ),
 ]
 

@@ -5,6 +5,7 @@ unreachable nodes and concurrency. What the bundle holds and how the core judges
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import shlex
@@ -33,7 +34,7 @@ from gpuctl.lab.sim import perf as sim_perf
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.lab.sim import standin
 from gpuctl.remote import ExecResult, Target, Unreachable, command_line, ssh
-from gpuctl.validation import scope
+from gpuctl.validation import gpudirect, scope
 from gpuctl.validation.api import judge_bundle, validate
 from gpuctl.validation.bundle import load_node_bundle, write_atomic
 from gpuctl.validation.capture import capture_output
@@ -177,6 +178,8 @@ class Sim:
 
     def __call__(self, node: str, argv: list[str]) -> FakeRunning:
         faults = self.faults.get(node, {})
+        if argv[:1] == ["env"]:  # env NAME=VALUE ... argv (the GPUDirect runs' CUDA_DEVICE_ORDER)
+            argv = list(itertools.dropwhile(lambda w: "=" in w, argv[1:]))
         tool, args = argv[0], argv[1:]
         if tool == "journalctl":
             stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S+0000")
@@ -197,16 +200,24 @@ class Sim:
             return done(f"{time.time() + faults.get('clock_offset', 0.0):.9f}\n")
         if tool == "df":  # a real tool on lab nodes; a test gives a node its own rows ("df")
             return df_rows(args[args.index("--") + 1 :], faults.get("df", {}))
-        if tool == "ib_write_bw":
+        if tool in ("ib_write_bw", gpudirect.PERFTEST_CUDA_BIN):
             server = args[-1] if not args[-1].startswith("-") and args[-2] != "-d" else None
             hca = args[args.index("-d") + 1]
+            # software.perftest's build with CUDA: its GPU buffer (--use_cuda=N, DMA-BUF)
+            gpu = next((int(a[11:]) for a in args if a.startswith("--use_cuda=")), None)
             options = sim_perf.PerftestArgs(
-                server=server, device=hca, size=8 << 20, gbits=True, port=18515
+                server=server,
+                device=hca,
+                size=8 << 20,
+                gbits=True,
+                port=18515,
+                cuda=gpu if tool != "ib_write_bw" else None,
+                dmabuf="--use_cuda_dmabuf" in args,
             )
             try:
                 text = sim_perf.ib_write_bw(PROFILE, faults, node, options)
             except sim_perf.ToolFailure as exc:
-                return FakeRunning(ExecResult(b"", exc.output.encode(), 1))
+                return FakeRunning(ExecResult(exc.stdout.encode(), exc.output.encode(), 1))
             if server is None:
                 return FakeRunning(ExecResult(text.encode(), b"", 0), banner=sim_perf.WAITING)
             return done(text)
@@ -307,6 +318,11 @@ def test_standard_runs_nccl_dcgm_and_ib_write_bw_between_pairs(cluster_yml: Path
         cmds = [c for n, c in conn.log if n == node]
         assert any("all_reduce_perf -b 8 -e 8G -f 2 -g 8" in c for c in cmds)
         assert any("dcgmi diag -r 2" in c for c in cmds)
+        # GPUDirect RDMA: each GPU's memory through the adapter behind its PCIe switch
+        assert verdicts(res.report, node, "gpudirect.write_bw") == [Verdict.OK] * 8
+        gdr = [c for c in cmds if "--use_cuda=5" in c]
+        assert len(gdr) == 2, gdr
+        assert all("-d mlx5_5 " in c for c in gdr), gdr
     # three nodes: two rounds (one node sits out each), every node tested at least once
     assert len(res.pairs) == 2
     assert {n for p in res.pairs for n in (p.server, p.client)} == {"gpu001", "gpu002", "gpu003"}
@@ -314,6 +330,24 @@ def test_standard_runs_nccl_dcgm_and_ib_write_bw_between_pairs(cluster_yml: Path
     side = meta["probes"]["perftest-mlx5_0"]
     assert side["role"] in ("server", "client")
     assert "-s 8388608 -F --report_gbits" in side["command"]
+
+
+def test_gpu_memory_an_adapter_cannot_register_fails_that_node_on_gpudirect_alone(
+    cluster_yml: Path, tmp_path: Path
+) -> None:
+    report = fails_only(
+        cluster_yml,
+        tmp_path / "b",
+        fault("gpudirect_broken", "5"),
+        "gpudirect.write_bw",
+        "standard",
+    )
+    node = next(n for n in report.nodes if n.node == "gpu002")
+    bad = [c for c in node.checks if c.check == "gpudirect.write_bw"]
+    assert [(c.subject, c.verdict) for c in bad if c.verdict is not Verdict.OK] == [
+        ("GPU5", Verdict.FAIL)
+    ]
+    assert "could not register GPU5's memory (Couldn't allocate MR" in bad[5].message
 
 
 def test_a_failed_pair_is_retested_against_a_good_node(cluster_yml: Path, tmp_path: Path) -> None:

@@ -71,6 +71,8 @@ NCCL_FAST = "nccl-tests/all-reduce-perf-a100-sxm4-40gb-8gpu-with-nccl-info-line.
 NCCL_SLOW = "nccl-tests/all-reduce-perf-a100-sxm4-80gb-8gpu-mpi-nccl2.16-hostname-placeholder.txt"
 BW_92 = "perftest/ib-write-bw-roce-100g-rdma-cm-cpu-freq-warning-client.txt"  # 92.40 Gb/s
 BW_111 = "perftest/ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt"  # 111.71 Gb/s
+# GPU memory (--use_cuda, DMA-BUF) through a RoCE mlx5_1: 181.46 Gb/s
+GDR_181 = "perftest/ib-write-bw-use-cuda-dmabuf-a40-cx7-roce-16qp-60s-gbits-client.txt"
 REMAP = "nvidia-smi/nvsmi-q-a100-ecc-remap-pending-xid63-elided.txt"  # pending Yes, DRAM corr 177
 SRAM_UNC = "nvidia-smi/nvsmi-q-ecc-section-sram-uncorrectable-fragment.txt"  # SRAM unc. aggr. 5
 XID_13 = "kernel-xid/dmesg-decode-iso-xid-13-43-sm-exceptions.txt"  # Xid 13 and 43
@@ -184,6 +186,17 @@ def _judged(cluster: Cluster, tmp: Path, bundles: dict[str, NodeBundle]) -> Resu
     return {n.node: list(n.checks) for n in report.nodes}
 
 
+def _gpudirect(cluster: Cluster, tmp: Path) -> Results:
+    """The cluster with software.perftest (perftest built with CUDA, so GPUDirect RDMA is
+    measured); every GPU of NODE with the A40 capture over mlx5_1: 181.46 Gb/s."""
+    software = cluster.software.model_copy(update={"perftest": "25.10.0-0.128"})
+    cluster = cluster.model_copy(update={"software": software})
+    text = _text(GDR_181)
+    count = expectations(cluster)[NODE].gpu_count
+    outputs = {f"perftest.gdr.gpu{g}": ProbeOutput("perftest", text) for g in range(count)}
+    return _judged(cluster, tmp, {NODE: NodeBundle(NODE, outputs)})
+
+
 def _multinode(cluster: Cluster, tmp: Path) -> Results:
     """The recorded 2-node run of NODE and gpu002 (78.33 GB/s), judged from a bundle's
     _multinode folder as `gpuctl validate --level long` and `gpuctl report` judge it."""
@@ -259,6 +272,7 @@ CASES: tuple[Case, ...] = (
         failing=Verdict.UNKNOWN,
     ),
     Case("ib_write_bw_gbps", "ib.write_bw", 92.0, 93.0, _ib_write_bw({NODE: BW_92})),
+    Case("ib_write_bw_gbps", "gpudirect.write_bw", 181.0, 182.0, judge=_gpudirect),
     # the slowest GPU of the node decides: GPU2 copies 23.90 GB/s in, GPU2 26.25 GB/s out
     Case("pcie_h2d_gbs", "pcie.h2d", 23.9, 24.0, _on("nvbandwidth", NVBANDWIDTH_8)),
     Case("pcie_d2h_gbs", "pcie.d2h", 26.25, 26.3, _on("nvbandwidth", NVBANDWIDTH_8)),

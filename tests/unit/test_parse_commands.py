@@ -10,7 +10,7 @@ from helpers import ROOT
 from gpuctl import slurm
 from gpuctl.cli.parse_cmd import commands_by_kind
 from gpuctl.rollout import tools
-from gpuctl.validation import multinode, probes
+from gpuctl.validation import gpudirect, multinode, probes
 from gpuctl.validation.parsing import ParserSpec, registry
 
 
@@ -25,6 +25,8 @@ def test_a_parser_declares_no_command() -> None:
 def test_every_probe_command_is_listed_under_its_kind() -> None:
     commands = commands_by_kind()
     for probe in probes.PROBES:
+        if probe.per_gpu:  # GPUDirect RDMA: one run per GPU, its argv made per GPU
+            continue
         shown = _line(
             [
                 arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
@@ -38,12 +40,19 @@ def test_every_listed_command_comes_from_where_it_is_run() -> None:
     port = probes.IB_WRITE_BW_BASE_PORT
     declared: dict[str, set[str]] = {}
     for probe in probes.PROBES:
+        if probe.per_gpu:
+            continue
         argv = [
             arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
             for arg in probe.argv
         ]
         declared.setdefault(probe.parser, set()).add(_line(argv))
-    declared.setdefault("perftest", set()).update(
+    # GPUDirect RDMA (one per GPU, nvidia-peermem shown; a loopback: the client adds the node)
+    gdr = gpudirect.server_argv(
+        "<hca>", gpudirect.BASE_PORT, 0, gpudirect.PEERMEM, probes.IB_WRITE_BW_SIZE
+    )
+    declared["perftest"] = {_line(gdr), _line((*gdr, "<node>"))}
+    declared["perftest"].update(
         {
             _line(probes.ib_write_bw_server("<hca>", port)),
             _line(probes.ib_write_bw_client("<hca>", port, "<server>")),

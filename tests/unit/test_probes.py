@@ -96,7 +96,8 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
     assert len(hcas) == 8
     # the GPU tests, the second read of the NVLink counters after them, then the second reads
     # of the InfiniBand port counters (run after ib_write_bw between nodes)
-    assert order[-17:] == [
+    # (GPUDirect RDMA per GPU last: software.perftest builds perftest with CUDA there)
+    assert order[-25:] == [
         "nccl",
         "nccl.all_gather",
         "nccl.reduce_scatter",
@@ -105,6 +106,7 @@ def test_standard_and_long_add_nccl_over_every_gpu_and_dcgm() -> None:
         "nvbandwidth",
         "nvbandwidth.d2d",
         "dcgm-diag",
+        *(f"perftest.gdr.gpu{g}" for g in range(8)),
         "nvlink-errors.end",
         *(f"perfquery.end.{hca}" for hca in hcas),
     ]

@@ -24,7 +24,7 @@ THRESHOLD_CHECKS: dict[str, tuple[str, ...]] = {
     "nccl_alltoall_busbw_gbs": ("nccl.alltoall.busbw",),
     "nccl_sendrecv_busbw_gbs": ("nccl.sendrecv.busbw",),
     "nccl_multinode_busbw_gbs": ("nccl.multinode",),
-    "ib_write_bw_gbps": ("ib.write_bw",),
+    "ib_write_bw_gbps": ("ib.write_bw", "gpudirect.write_bw"),
     "fleet_relative_min": (
         "nccl.busbw.fleet",
         "nccl.all_gather.busbw.fleet",

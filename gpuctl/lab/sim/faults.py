@@ -255,6 +255,12 @@ def _throttle(text: str) -> list[int] | str:
     return sorted({_int(part, "clocks_throttled GPU", 0, 63) for part in text.split(",")})
 
 
+def _gdr(text: str) -> list[int] | str:
+    if text.strip().lower() in ("", "all"):
+        return "all"
+    return sorted({_int(part, "gpudirect_broken GPU", 0, 63) for part in text.split(",")})
+
+
 _TARGET = re.compile(r"gpu|gpu\d+|hca|mlx5_\w+|fabricmanager")
 
 
@@ -352,6 +358,13 @@ SPECS: dict[str, FaultSpec] = {
             True,
         ),
         FaultSpec("nccl_wrong", "[COUNT]", "NCCL results with wrong elements", _wrong),
+        FaultSpec(
+            "gpudirect_broken",
+            "[all|GPU,...]",
+            "the adapters cannot register these GPUs' memory (GPUDirect RDMA, as without "
+            "nvidia-peermem)",
+            _gdr,
+        ),
         FaultSpec("fabricmanager_failed", "", "nvidia-fabricmanager not running", _flag),
         FaultSpec("fabricmanager_version", "VERSION", "fabric manager version differs", _version),
         FaultSpec("clocks_throttled", "[all|GPU,...]", "HW Slowdown clock event active", _throttle),
@@ -412,7 +425,7 @@ def clear(faults: Mapping[str, Any], name: str | None = None) -> Faults:
 
 
 def _gpus_named(name: str, value: Any) -> list[int]:
-    if name in ("gpu_lost", "clocks_throttled"):
+    if name in ("gpu_lost", "clocks_throttled", "gpudirect_broken"):
         return [] if value == "all" else [int(v) for v in value]
     if name == "pcie_acs":
         return [int(v) for v in value]
@@ -497,7 +510,9 @@ def hardware_problem(name: str, value: Any, profile: Mapping[str, Any], node: st
 
 def names_hardware(name: str, value: Any) -> bool:
     """Whether fault ``name`` (parsed ``value``) names GPUs, NVLinks or HCAs at all."""
-    every_gpu = name == "clocks_throttled" or (name == "firmware" and "gpu" in value)
+    every_gpu = name in ("clocks_throttled", "gpudirect_broken") or (
+        name == "firmware" and "gpu" in value
+    )
     return bool(_gpus_named(name, value)) or every_gpu or _hcas_named(name, value) is not None
 
 

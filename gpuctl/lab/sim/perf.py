@@ -22,12 +22,14 @@ LATENCY_NET_US = 64.0  # across nodes (InfiniBand hops)
 
 
 class ToolFailure(Exception):
-    """The tool's failure output (printed as is) and its exit status."""
+    """The tool's failure output (printed as is on stderr), its exit status, and what it had
+    printed on stdout before it failed."""
 
-    def __init__(self, output: str, status: int = 1) -> None:
+    def __init__(self, output: str, status: int = 1, stdout: str = "") -> None:
         super().__init__(output)
         self.output = output
         self.status = status
+        self.stdout = stdout
 
 
 def parse_size(text: str) -> int:
@@ -287,6 +289,8 @@ class PerftestArgs:
     port: int = 18515  # -p: the TCP port of the out-of-band exchange
     gid_index: int | None = None  # -x; RoCE without it: 0 (perftest's usage: "ETH - 0")
     title: str = "RDMA_Write BW Test"  # ib_read_bw: RDMA_Read BW Test, ib_send_bw: Send BW Test
+    cuda: int | None = None  # --use_cuda=N (a perftest built with CUDA): the buffer on GPU N
+    dmabuf: bool = False  # --use_cuda_dmabuf: registered through DMA-BUF
 
 
 def _curve(size: int) -> float:
@@ -337,6 +341,63 @@ def _pick(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> Hc
     return chosen
 
 
+def cuda_setup(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> str:
+    """What a perftest built with CUDA prints on stdout before the test for ``--use_cuda=N``
+    (src/cuda_memory.c of perftest 25.x, as in the --use_cuda fixtures of
+    tests/fixtures/perftest): the CUDA devices in PCI bus order, the one picked, the buffer.
+    Raises ToolFailure where GPU N does not exist, or where the adapter cannot register its
+    memory (fault ``gpudirect_broken``: as without nvidia-peermem)."""
+    gpus = visible_gpus(profile, faults, node)
+    lines = ["Perftest doesn't supports CUDA tests with inline messages: inline size set to 0"]
+    lines += ["initializing CUDA", "Listing all CUDA devices in system:"]
+    lines += [f"CUDA device {g.index}: PCIe address is {g.bus_id[9:14].upper()}" for g in gpus]
+    lines.append("")
+    chosen = next((g for g in gpus if g.index == args.cuda), None)
+    if chosen is None:
+        raise ToolFailure(
+            f"No CUDA device with index {args.cuda}\n Couldn't create IB resources\n",
+            stdout="\n".join(lines) + "\n",
+        )
+    pid = 4000 + digest(node, "pid", args.port) % 50000
+    address = 0x7F0000000000 + (digest(node, "buffer", chosen.index) % 0xFFFF) * 0x200000
+    size = 2 * args.size
+    lines += [
+        f"Picking device No. {chosen.index}",
+        f"[pid = {pid}, dev = {chosen.index}] device name = [{chosen.name}]",
+        "creating CUDA Ctx",
+        "making it the current CUDA Ctx",
+        "CUDA device integrated: 0",
+    ]
+    if args.dmabuf:
+        lines.append(
+            f"using DMA-BUF for GPU buffer address at {address:#x} aligned at {address:#x} "
+            f"with aligned size {size}"
+        )
+    lines.append(
+        f"allocated GPU buffer of a {size} address at {address + 0x9300:#x} for type "
+        "CUDA_MEM_DEVICE"
+    )
+    broken = faults.get("gpudirect_broken")
+    if broken is not None and (broken == "all" or chosen.physical in broken):
+        error = "Couldn't allocate MR with error=14" if args.dmabuf else "Couldn't allocate MR"
+        raise ToolFailure(
+            f"{error}\nfailed to create mr\nFailed to create MR\n Couldn't create IB resources\n"
+            "destroying current CUDA Ctx\n",
+            stdout="\n".join(lines) + "\n",
+        )
+    if args.dmabuf:
+        lines.append(
+            f"Calling ibv_reg_dmabuf_mr(offset=0, size={size}, addr={address:#x}, fd=39) for QP #0"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def cuda_teardown(node: str, args: PerftestArgs) -> str:
+    """What a perftest built with CUDA prints after the table."""
+    address = 0x7F0000000000 + (digest(node, "buffer", args.cuda) % 0xFFFF) * 0x200000
+    return f"deallocating GPU buffer {address:016x}\ndestroying current CUDA Ctx\n"
+
+
 WAITING = (
     "\n************************************\n"
     "* Waiting for client to connect... *\n"
@@ -354,6 +415,7 @@ def ib_write_bw(
     """The tool's output (the server's with the waiting banner first). ``peer``: the other
     side's state from the exchange (``peak_gbps``, ``lid``), which limits the bandwidth."""
     hca = _pick(profile, faults, node, args)
+    cuda = cuda_setup(profile, faults, node, args) if args.cuda is not None else ""
     if hca.link_layer != "Ethernet":
         port_traffic(faults, node, hca.name)  # the run counts in the port's counters
     limit = float(peer["peak_gbps"]) if peer is not None else None
@@ -412,7 +474,9 @@ def ib_write_bw(
             f"            {rate:.6f}"
         )
     head.append(_DASHES)
-    text = "\n".join(head) + "\n"
+    text = cuda + "\n".join(head) + "\n"
+    if args.cuda is not None:
+        text += cuda_teardown(node, args)
     if args.server is None:
         return WAITING + text
     return text
