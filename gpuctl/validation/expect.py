@@ -8,7 +8,15 @@ from typing import Any
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds
 from gpuctl.config.facts import effective_interconnect, fabric_rate
-from gpuctl.config.model import Cluster, Fabric, FabricKind, RdmaStack, RoceQos, Role
+from gpuctl.config.model import (
+    Cluster,
+    Fabric,
+    FabricKind,
+    KernelModules,
+    RdmaStack,
+    RoceQos,
+    Role,
+)
 from gpuctl.validation.gpudirect import DMABUF, PEERMEM
 
 
@@ -79,8 +87,13 @@ def gpudirect_method(cluster: Cluster) -> str | None:
     (:data:`NodeExpectation.gpudirect`); None where no perftest with CUDA is built."""
     if cluster.software.perftest is None:
         return None
-    rdma = cluster.software.rdma
-    return PEERMEM if rdma.peermem and rdma.stack is RdmaStack.DOCA_OFED else DMABUF
+    rdma, modules = cluster.software.rdma, cluster.software.driver.kernel_modules
+    # DMA-BUF needs the open kernel modules; with the proprietary ones only nvidia-peermem can
+    # (the rdma role loads it with DOCA-OFED, or where an inbox kernel has the peer memory API)
+    proprietary = modules is KernelModules.PROPRIETARY
+    if rdma.peermem and (rdma.stack is RdmaStack.DOCA_OFED or proprietary):
+        return PEERMEM
+    return DMABUF
 
 
 def nvbandwidth_cuda(dcgm_version: str, cuda_version: str) -> str | None:

@@ -15,13 +15,15 @@ from typing import Any
 import pytest
 from helpers import ROOT
 
+from gpuctl.config import load_cluster
+from gpuctl.config.model import KernelModules, RdmaStack
 from gpuctl.lab.sim import perf, profiles, standin
 from gpuctl.lab.sim.faults import apply
 from gpuctl.remote import ExecResult
 from gpuctl.validation import gpudirect
 from gpuctl.validation.bundle import NodeFolder, load_node_bundle
 from gpuctl.validation.capture import capture_output
-from gpuctl.validation.expect import ExpectedNic, NodeExpectation
+from gpuctl.validation.expect import ExpectedNic, NodeExpectation, gpudirect_method
 from gpuctl.validation.gpudirect_collect import both_streams, routes, run_gpu
 from gpuctl.validation.judges.base import Evidence, ProbeOutput
 from gpuctl.validation.judges.gpudirect import judge_gpudirect
@@ -324,3 +326,27 @@ def test_a_server_that_fails_leaves_its_own_words_and_no_topo_leaves_a_reason(
     run_gpu(empty, session, _probe(1), exp, "a", why, lambda hca: ())  # type: ignore[arg-type]
     assert empty.probes[gpudirect.kind(1)]["error"] == f"not run: {why}"
     assert replace(exp, gpudirect=None).gpudirect is None
+
+
+def test_the_registration_follows_the_stack_and_the_kernel_modules() -> None:
+    """nvidia-peermem with DOCA-OFED, or with the proprietary modules (no DMA-BUF there);
+    DMA-BUF with the open modules and inbox rdma-core; nothing without software.perftest."""
+    cluster = load_cluster(ROOT / "inventories" / "hgx-h100-ndr.yml")
+
+    def method(
+        stack: str, modules: str, peermem: bool = True, perftest: str | None = "x"
+    ) -> str | None:
+        sw = cluster.software
+        rdma = sw.rdma.model_copy(update={"stack": RdmaStack(stack), "peermem": peermem})
+        driver = sw.driver.model_copy(update={"kernel_modules": KernelModules(modules)})
+        update = {"rdma": rdma, "driver": driver, "perftest": perftest}
+        return gpudirect_method(
+            cluster.model_copy(update={"software": sw.model_copy(update=update)})
+        )
+
+    assert method("doca-ofed", "open") == gpudirect.PEERMEM
+    assert method("doca-ofed", "proprietary") == gpudirect.PEERMEM
+    assert method("inbox", "open") == gpudirect.DMABUF
+    assert method("inbox", "proprietary") == gpudirect.PEERMEM
+    assert method("doca-ofed", "open", peermem=False) == gpudirect.DMABUF
+    assert method("inbox", "open", perftest=None) is None

@@ -78,7 +78,10 @@ def _fix(exp: NodeExpectation) -> str:
             "DMA-BUF needs the open GPU kernel modules, a kernel with DMA-BUF (5.12+) and "
             "rdma-core 34+"
         )
-    return "nvidia-peermem is not loaded or not effective (loaded before the adapter's driver?)"
+    return (
+        "nvidia-peermem is not loaded or not effective (loaded before the adapter's driver; "
+        "with inbox rdma-core a kernel without the peer memory API cannot load it)"
+    )
 
 
 def judge_one(
