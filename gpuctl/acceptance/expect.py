@@ -331,6 +331,17 @@ def validation_tool_packages(hostvars: Mapping[str, Any], family: OsFamily) -> l
 # the commands the validation suite runs on GPU and fabric nodes
 VALIDATION_COMMANDS = ("ib_write_bw", "ib_read_bw", "ibstat", "ibv_devinfo", "lspci")
 
+# perftest built with CUDA (validation_tools: software.perftest), which the GPUDirect RDMA check
+# runs as /opt/perftest-cuda/current/bin/ib_write_bw (gpuctl/validation/gpudirect.py)
+PERFTEST_CUDA_DIR = "/opt/perftest-cuda"
+
+
+def perftest_cuda_version(hostvars: Mapping[str, Any]) -> str | None:
+    """The perftest tag the validation_tools role builds with CUDA on this host, or None."""
+    version = str(setting(hostvars, "validation_tools", "validation_tools_perftest_version") or "")
+    wanted = {"gpu", "rdma"} <= groups(hostvars)
+    return version if version and wanted else None
+
 
 # ------------------------------------------------------------------------------------------
 # munge and Slurm

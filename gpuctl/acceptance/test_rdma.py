@@ -102,3 +102,23 @@ def test_validation_tools(node: Node) -> None:
         if node.sh(f"command -v {command}").rc != 0:
             problems.append(f"{command} is not on PATH")
     assert not problems, f"{node.name}: validation tools:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.applies_to("gpu")
+def test_perftest_with_cuda(node: Node) -> None:
+    """software.perftest: the tag built with CUDA under /opt/perftest-cuda/<tag>, the current
+    link pointing at it, its ib_write_bw there (what the GPUDirect RDMA check runs)."""
+    version = node.expected(expect.perftest_cuda_version, node.vars)
+    if version is None:
+        not_applicable(f"software.perftest is not set, or {node.name} has no GPUs with RDMA NICs")
+    prefix = f"{expect.PERFTEST_CUDA_DIR}/{version}"
+    problems = []
+    current = node.run("readlink", "-f", f"{expect.PERFTEST_CUDA_DIR}/current")
+    if current.rc != 0 or current.stdout.strip() != prefix:
+        problems.append(f"{expect.PERFTEST_CUDA_DIR}/current does not point at {prefix}")
+    if node.run("test", "-x", f"{prefix}/bin/ib_write_bw").rc != 0:
+        problems.append(f"{prefix}/bin/ib_write_bw is missing or not executable")
+    built = node.run("grep", "-q", "^#define HAVE_CUDA 1", f"{prefix}/config.h")
+    if built.rc != 0:
+        problems.append(f"{prefix}/config.h does not define HAVE_CUDA: built without CUDA")
+    assert not problems, f"{node.name}: perftest with CUDA: " + "; ".join(problems)

@@ -98,6 +98,7 @@ def test_acceptance_passes_on_a_provisioned_lab(cluster: Path, tmp_path: Path) -
             "test_rdma_stack_packages",
             "test_rdma_devices_present",
             "test_validation_tools",
+            "test_perftest_with_cuda",
             "test_munge_key_owner_and_mode",
             "test_munge_key_is_the_clusters",
             "test_slurmd_active",

@@ -400,6 +400,7 @@ def test_shipped_suite_fails_closed_where_nothing_is_installed(tmp_path: Path) -
         "test_dcgm_active",
         "test_rdma_devices_present",
         "test_validation_tools",
+        "test_perftest_with_cuda",
         "test_munge_key_owner_and_mode",
         "test_slurmd_active",
         "test_slurm_node_state",
