@@ -5,7 +5,8 @@ Run: .venv/bin/python benchmarks/judge_1024.py [--nodes N] [--jobs J]
 Each simulated node's outputs are real captures from tests/fixtures (HGX H100 `nvidia-smi -q`,
 `topo -m`, `topo -p2p r`, `nvlink -s`, NDR `ibstat`, nccl-tests all_reduce, all_gather,
 reduce_scatter and alltoall (sendrecv from the lab's stand-in: no whole real run was found),
-nvbandwidth, perftest, Fabric Manager status, kernel log, lspci, nvbandwidth GPU <-> GPU), with
+nvbandwidth, perftest ib_write_bw and ib_write_lat, Fabric Manager status, kernel log, lspci,
+nvbandwidth GPU <-> GPU), with
 faults on some nodes
 (a node whose kernel log has Xid 48/63/94, a node with an A100 NV12 matrix, an unreachable
 node). Measures, in this process:
@@ -79,6 +80,7 @@ D2D_WRITE = "nvbandwidth/nvbandwidth-h100-8gpu-v0.10-d2d-write-ce.txt"
 # the node's clock (GNU date on a lab node) and the window gpuctl records around it
 CLOCK = "node/date-epoch-ns-debian13-lab-node.txt"
 PERFTEST = "perftest/ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt"
+LATENCY = "perftest/ib-write-lat-dgx-spark-rocep1s0f1-rdma-cm-client-2B.txt"  # p99 1.57 us
 FAULTY = {
     "xid": "kernel-xid/dmesg-iso-xid-48-63-94-dbe-row-remap.txt",
     "topo": "topo/nvsmi-topo-m-a100-40gb-8gpu-azure-ndv4-blank-nic-names-ansi.txt",
@@ -115,6 +117,7 @@ def make_bundle(nodes: int, directory: Path) -> str:
     )
     faulty = {kind: body(rel) for kind, rel in FAULTY.items()}
     perf = body(PERFTEST)
+    lat = body(LATENCY)
     counters = body(PERFQUERY)
     clock = body(CLOCK)
     epoch = float(clock)
@@ -132,6 +135,7 @@ def make_bundle(nodes: int, directory: Path) -> str:
             (folder / f"{kind}.txt").write_text(text_, encoding="utf-8")
         for hca in HCAS:
             (folder / f"perftest-{hca}.txt").write_text(perf, encoding="utf-8")
+            (folder / f"perftest.lat.{hca}.txt").write_text(lat, encoding="utf-8")
             for read in ("start", "end"):  # port counters, no growth: the same capture twice
                 (folder / f"perfquery.{read}.{hca}.txt").write_text(counters, encoding="utf-8")
         (folder / "clock.txt").write_text(clock, encoding="utf-8")

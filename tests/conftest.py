@@ -73,6 +73,7 @@ INTEGRATION_TESTS = frozenset(
         "test_lab_sim_driver.py::test_the_packaged_boot_hook_and_modprobe_load_the_module",
         "test_lab_sim_qos.py::test_script_check_apply_check_on_a_fresh_roce_node",
         "test_lab_slurm_repo.py::test_the_lab_asks_for_schedmds_packages_at_the_version_it_serves",
+        "test_latency.py::test_ib_write_lat_server_and_client_both_print_the_slower_links_table",
         "test_mft_role.py::test_a_version_without_its_build_number_stops_at_the_preflight",
         "test_mft_role.py::test_without_a_pin_the_play_changes_nothing_and_only_targets_nodes_with_nics",
         "test_nccl_hpcx.py::test_which_locks_are_dropped",

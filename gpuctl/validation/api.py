@@ -56,7 +56,7 @@ from gpuctl.validation.collector import (
 )
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.history import read_history, record_history
-from gpuctl.validation.probes import wants_ib_write_bw
+from gpuctl.validation.probes import latency_kind, perftest_kind, wants_ib_write_bw
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 from gpuctl.validation.scope import select_nodes, with_level
 from gpuctl.validation.slurm import (
@@ -167,10 +167,11 @@ def _judge(
 def _with_pairing(
     bundle: Path, node: str, checks: tuple[CheckResult, ...]
 ) -> tuple[CheckResult, ...]:
-    """Each ib.write_bw verdict with how its pair was chosen where it was not another node of
-    the run (``with partner gpu003 (outside --limit)``, ``loopback: ...``), from the perftest
-    record of its HCA in the node's meta.json."""
-    if not any(c.check == "ib.write_bw" for c in checks):
+    """Each ib.write_bw and ib.write_lat verdict with how its pair was chosen where it was not
+    another node of the run (``with partner gpu003 (outside --limit)``, ``loopback: ...``),
+    from the perftest record of its HCA in the node's meta.json."""
+    kinds = {"ib.write_bw": perftest_kind, "ib.write_lat": latency_kind}
+    if not any(c.check in kinds for c in checks):
         return checks
     try:
         meta, _ = read_node_meta(bundle, node)
@@ -181,7 +182,8 @@ def _with_pairing(
         return checks
     out: list[CheckResult] = []
     for c in checks:
-        record = probes.get(f"perftest-{c.subject}") if c.check == "ib.write_bw" else None
+        kind = kinds.get(c.check)
+        record = probes.get(kind(c.subject)) if kind and c.subject else None
         note = record.get("pairing") if isinstance(record, dict) else None
         if isinstance(note, str) and note and note not in c.message:
             c = dataclasses.replace(c, message=f"{c.message} ({short(note, 300)})")

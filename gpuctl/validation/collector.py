@@ -45,8 +45,6 @@ from gpuctl.config.derived import nodes as cluster_nodes
 from gpuctl.config.model import Cluster
 from gpuctl.errors import UsageError
 from gpuctl.remote import (
-    GRACE_S,
-    KILL_AFTER_S,
     Connector,
     ExecResult,
     LinkSession,
@@ -69,20 +67,18 @@ from gpuctl.validation.bundle import (
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.gpudirect import Route
 from gpuctl.validation.judges.base import ProbeOutput
-from gpuctl.validation.judges.infiniband import judge_ib_write_bw
+from gpuctl.validation.pair_run import TESTS, PairTest, lost_sides, run_sides
 from gpuctl.validation.probes import (
     IB_WRITE_BW_BASE_PORT,
-    IB_WRITE_BW_SERVER_START_S,
     IB_WRITE_BW_TIMEOUT_S,
-    SERVER_READY,
+    IB_WRITE_LAT_PORT_OFFSET,
     Probe,
-    ib_write_bw_client,
-    ib_write_bw_server,
     perftest_kind,
     perftest_options,
     phases,
     probes_for,
     wants_ib_write_bw,
+    wants_ib_write_lat,
 )
 from gpuctl.validation.results import Verdict
 
@@ -448,79 +444,71 @@ class Collector:
         plan = self._plan(server, client, fabric)
         base = IB_WRITE_BW_BASE_PORT + 16 * (self._port_shift % 32)
         ok = True
+        latency = wants_ib_write_lat(self.exps[client], self.level) or (
+            not loop and wants_ib_write_lat(self.exps[server], self.level)
+        )
         for i, (peer_hca, hca) in enumerate(plan):
-            port = base + i
-            s_argv = ib_write_bw_server(peer_hca, port, self._perftest_options(server, peer_hca))
-            c_argv = ib_write_bw_client(
-                hca, port, srv.target.address, self._perftest_options(client, hca)
-            )
             note = self._pairing(server, client, peer_hca, hca)
             more: dict[str, Any] = {"retest": retest} | ({"pairing": note} if note else {})
             extra_s = {"role": "server", "peer": client, "peer_hca": hca, **more}
             extra_c = {"role": "client", "peer": server, "peer_hca": peer_hca, **more}
-            t = IB_WRITE_BW_TIMEOUT_S
-            running = s_session.spawn(s_argv, t)
-            c_res: ExecResult | None = None
-            not_run = ExecResult(error="not run")
-            if not running.wait_for(SERVER_READY, IB_WRITE_BW_SERVER_START_S):
-                s_res = running.finish(KILL_AFTER_S + GRACE_S)
-                why = s_res.error or (
-                    f"exit {s_res.rc}: {said(s_res.stderr)}"
-                    if s_res.rc is not None
-                    else f"no '{SERVER_READY}' within {IB_WRITE_BW_SERVER_START_S} s"
-                )
-                not_run = ExecResult(
-                    error=f"not run: the ib_write_bw server on {server} ({peer_hca}) did not "
-                    f"start: {why}"
-                )
-            else:
-                c_run = c_session.spawn(c_argv, t)
-                c_res = c_run.finish_unless(s_session.lost)  # None: the server's node is lost
-                if c_res is None or c_res.lost or c_session.lost() is not None:
-                    s_res = running.abandon()
-                else:
-                    s_res = running.finish_unless(c_session.lost) or ExecResult(
-                        error=f"abandoned: {client} was lost"
-                    )
-            # a side whose connection died is lost: not this pair's measurement
-            gone: dict[str, str] = {}
-            for st, session, res in ((srv, s_session, s_res), (cli, c_session, c_res)):
-                why_lost = session.lost() or (res.error if res is not None and res.lost else None)
-                if why_lost is not None:
-                    gone.setdefault(st.target.node, why_lost)
-            if gone:
-                self._port_shift += 1  # the other side may still run a command on its port
-                for node, why_lost in gone.items():
-                    self._lose(srv if node == server else cli, why_lost)
-                if not loop:
-                    for survivor, other, as_server in ((cli, server, False), (srv, client, True)):
-                        if survivor.target.node in gone or (as_server and not record_server):
-                            continue
-                        self._partner_gone(
-                            survivor,
-                            fabric,
-                            other,
-                            gone[other],
-                            i,
-                            role_server=as_server,
-                            plan=plan,
-                        )
-                return False, frozenset(gone)
-            # the server prints the same result table: each side's output goes to its own node,
-            # except in a retest against a node that passed already (or a partner, or a
-            # loopback), where only the node under test (the client) gets the new result
-            if record_server and not loop:
-                srv.record(perftest_kind(peer_hca), s_res, s_argv, t, **extra_s)
-            cli.record(perftest_kind(hca), c_res or not_run, c_argv, t, **extra_c)
-            ok = (
-                ok
-                and c_res is not None
-                and self._passes(client, hca, c_res)
-                and (loop or self._passes(server, peer_hca, s_res))
+            s_opts, c_opts = (
+                self._perftest_options(server, peer_hca),
+                self._perftest_options(client, hca),
             )
+            # ib_write_bw, then (where a group sets ib_write_lat_p99_us) ib_write_lat
+            tests = [(TESTS[0], base + i)] + (
+                [(TESTS[1], base + i + IB_WRITE_LAT_PORT_OFFSET)] if latency else []
+            )
+            for test, port in tests:
+                s_argv = test.server(peer_hca, port, s_opts)
+                c_argv = test.client(hca, port, srv.target.address, c_opts)
+                where = f"{test.tool} server on {server} ({peer_hca})"
+                sides = run_sides(
+                    s_session, c_session, s_argv, c_argv, test.timeout_s, where, client
+                )
+                s_res, c_res = sides.server, sides.client
+                # a side whose connection died is lost: not this pair's measurement
+                gone = lost_sides(sides, (server, s_session), (client, c_session))
+                if gone:
+                    self._port_shift += 1  # the other side may still run a command on its port
+                    for node, why_lost in gone.items():
+                        self._lose(srv if node == server else cli, why_lost)
+                    # a loss during ib_write_lat leaves this HCA's ib_write_bw measured
+                    start = i if test is TESTS[0] else i + 1
+                    if not loop:
+                        for survivor, other, as_server in (
+                            (cli, server, False),
+                            (srv, client, True),
+                        ):
+                            if survivor.target.node in gone or (as_server and not record_server):
+                                continue
+                            self._partner_gone(
+                                survivor,
+                                fabric,
+                                other,
+                                gone[other],
+                                start,
+                                role_server=as_server,
+                                plan=plan,
+                            )
+                    return False, frozenset(gone)
+                # the server prints the same result table: each side's output goes to its own
+                # node, except in a retest against a node that passed already (or a partner, or
+                # a loopback), where only the node under test (the client) gets the new result
+                t = test.timeout_s
+                if record_server and not loop:
+                    srv.record(test.kind(peer_hca), s_res, s_argv, t, **extra_s)
+                cli.record(test.kind(hca), c_res or sides.not_run, c_argv, t, **extra_c)
+                ok = (
+                    ok
+                    and c_res is not None
+                    and self._passes(client, hca, c_res, test)
+                    and (loop or self._passes(server, peer_hca, s_res, test))
+                )
         return ok, frozenset()
 
-    def _passes(self, node: str, hca: str, result: ExecResult) -> bool:
+    def _passes(self, node: str, hca: str, result: ExecResult, test: PairTest) -> bool:
         exp = self.exps[node]
         only = tuple(n for n in exp.nics if n.device == hca)
         if not only:
@@ -532,7 +520,7 @@ class Collector:
             timed_out=result.timed_out,
             error=result.error,
         )
-        verdicts = judge_ib_write_bw(dataclasses.replace(exp, nics=only), {hca: out})
+        verdicts = test.judge(dataclasses.replace(exp, nics=only), hca, out)
         return all(r.verdict is Verdict.OK for r in verdicts)
 
     def _pairs(self, states: Mapping[str, _NodeState], total: int) -> list[PairRun]:

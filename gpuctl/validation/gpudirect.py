@@ -32,7 +32,9 @@ PEERMEM, DMABUF = "peermem", "dmabuf"
 KIND_PREFIX = "perftest.gdr.gpu"  # bundle file perftest.gdr.gpu<index>.txt, parsed as perftest
 # where software.perftest's build is installed (playbooks/roles/validation_tools)
 PERFTEST_CUDA_BIN = "/opt/perftest-cuda/current/bin/ib_write_bw"
-BASE_PORT = 18615  # GPU i on port BASE_PORT + i, away from the pairs' 18515 + 16 * shift + i
+# GPU i on port BASE_PORT + i: away from the pairs' ib_write_bw (18515 + 16 * shift + i, up to
+# 19042) and ib_write_lat (those + 1024, from 19539)
+BASE_PORT = 19315
 TIMEOUT_S = 30  # per GPU (8 MiB x 5000 iterations: 40 GiB, seconds at any GPUDirect rate)
 
 

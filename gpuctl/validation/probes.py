@@ -662,3 +662,32 @@ def perftest_options(nic: ExpectedNic | None) -> tuple[str, ...]:
 def perftest_kind(hca: str) -> str:
     """The bundle name of one HCA's ib_write_bw output (``perftest-<hca>.txt``)."""
     return f"perftest-{hca}"
+
+
+# ib_write_lat on the same pairs, right after each HCA's ib_write_bw: perftest's defaults
+# (2-byte writes, 1,000 iterations), -F as above; both sides print the result table
+# (linux-rdma/perftest src/write_lat.c calls print_report_lat on server and client alike)
+IB_WRITE_LAT_PORT_OFFSET = 1024  # its port: the ib_write_bw run's + 1024
+IB_WRITE_LAT_TIMEOUT_S = 30
+LAT_PREFIX = "perftest.lat."
+
+
+def ib_write_lat_server(hca: str, port: int, options: Sequence[str] = ()) -> tuple[str, ...]:
+    """The latency test's server side on ``hca`` (``options``: :func:`perftest_options`)."""
+    return ("ib_write_lat", "-d", hca, "-p", str(port), "-F", *options)
+
+
+def ib_write_lat_client(
+    hca: str, port: int, server_address: str, options: Sequence[str] = ()
+) -> tuple[str, ...]:
+    return (*ib_write_lat_server(hca, port, options), server_address)
+
+
+def latency_kind(hca: str) -> str:
+    """The bundle name of one HCA's ib_write_lat output (``perftest.lat.<hca>.txt``)."""
+    return f"{LAT_PREFIX}{hca}"
+
+
+def wants_ib_write_lat(exp: NodeExpectation, level: str | None = None) -> bool:
+    """Whether the node's pairs also run ib_write_lat (an ``ib_write_lat_p99_us`` is set)."""
+    return wants_ib_write_bw(exp, level) and exp.thresholds.get("ib_write_lat_p99_us") is not None

@@ -28,6 +28,7 @@ from gpuctl.validation.judges.base import Evidence
 from gpuctl.validation.judges.blame import assign_blame, pair_peers
 from gpuctl.validation.judges.consistency import NodeFacts, judge_consistency, node_facts
 from gpuctl.validation.judges.fleet import judge_fleet
+from gpuctl.validation.probes import LAT_PREFIX
 from gpuctl.validation.reports.charts import chart_marks, ib_write_bw_bars, node_charts
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 
@@ -221,7 +222,8 @@ def judge_cluster(
     # which side of a failed ib_write_bw pair is to blame, and the causes a node shows
     # (judges/blame.py); the partners are recorded in the bundle's meta.json files
     peers = pair_peers(bundles, list(per_node)) if isinstance(bundles, Path) else {}
-    assign_blame(per_node, peers)
+    lat = pair_peers(bundles, list(per_node), LAT_PREFIX) if isinstance(bundles, Path) else {}
+    assign_blame(per_node, peers, lat)
     extra.update(chart_marks(exps.values()))
     return ValidationReport(
         cluster=cluster.name,

@@ -221,6 +221,17 @@ class Sim:
             if server is None:
                 return FakeRunning(ExecResult(text.encode(), b"", 0), banner=sim_perf.WAITING)
             return done(text)
+        if tool == "ib_write_lat":  # the latency test on the same pair (both sides' table)
+            server = args[-1] if not args[-1].startswith("-") and args[-2] != "-d" else None
+            hca = args[args.index("-d") + 1]
+            lat = sim_perf.PerftestArgs(server=server, device=hca, title="RDMA_Write Latency Test")
+            try:
+                text = sim_perf.ib_write_lat(PROFILE, faults, node, lat)
+            except sim_perf.ToolFailure as exc:
+                return FakeRunning(ExecResult(b"", exc.output.encode(), 1))
+            if server is None:
+                return FakeRunning(ExecResult(text.encode(), b"", 0), banner=sim_perf.WAITING)
+            return done(text)
         out, err = io.StringIO(), io.StringIO()
         handler = standin._HANDLERS.get(STANDIN_PATHS.get(tool, tool))
         if handler is None:
@@ -315,6 +326,7 @@ def test_standard_runs_nccl_dcgm_and_ib_write_bw_between_pairs(cluster_yml: Path
     for node in ("gpu001", "gpu002", "gpu003"):
         assert verdicts(res.report, node, "nccl.busbw") == [Verdict.OK]
         assert verdicts(res.report, node, "ib.write_bw") == [Verdict.OK] * 8
+        assert verdicts(res.report, node, "ib.write_lat") == [Verdict.OK] * 8
         cmds = [c for n, c in conn.log if n == node]
         assert any("all_reduce_perf -b 8 -e 8G -f 2 -g 8" in c for c in cmds)
         assert any("dcgmi diag -r 2" in c for c in cmds)
@@ -348,6 +360,21 @@ def test_gpu_memory_an_adapter_cannot_register_fails_that_node_on_gpudirect_alon
         ("GPU5", Verdict.FAIL)
     ]
     assert "could not register GPU5's memory (Couldn't allocate MR" in bad[5].message
+
+
+def test_a_slow_adapter_fails_its_node_on_ib_write_lat_and_its_partner_is_cleared(
+    cluster_yml: Path, tmp_path: Path
+) -> None:
+    """ib_write_lat runs on every pair after ib_write_bw (the default 4.2 us limit); 5 us more
+    on gpu002's mlx5_2 fails both sides of its first pair, the retests clear the partner."""
+    report = fails_only(
+        cluster_yml, tmp_path / "b", fault("ib_latency", "mlx5_2:5"), "ib.write_lat", "standard"
+    )
+    node = next(n for n in report.nodes if n.node == "gpu002")
+    lat = {c.subject: c for c in node.checks if c.check == "ib.write_lat"}
+    assert lat["mlx5_2"].verdict is Verdict.FAIL
+    assert lat["mlx5_2"].message.startswith("99th percentile 6.2 us > 4.2 us (2 B writes)")
+    assert [s for s, c in lat.items() if c.verdict is not Verdict.OK] == ["mlx5_2"]
 
 
 def test_a_failed_pair_is_retested_against_a_good_node(cluster_yml: Path, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from gpuctl.config import load_cluster_text
 from gpuctl.config.catalog import gpu_specs, health_defaults
 from gpuctl.config.derived import summarize
 from gpuctl.config.model import Cluster, Thresholds
+from gpuctl.config.rules import settings
 from gpuctl.config.rules.settings import THRESHOLD_CHECKS, UNENFORCED_THRESHOLDS
 from gpuctl.errors import ConfigError
 from gpuctl.lab.sim import faults as sim_faults
@@ -72,6 +73,7 @@ NCCL_SLOW = "nccl-tests/all-reduce-perf-a100-sxm4-80gb-8gpu-mpi-nccl2.16-hostnam
 BW_92 = "perftest/ib-write-bw-roce-100g-rdma-cm-cpu-freq-warning-client.txt"  # 92.40 Gb/s
 BW_111 = "perftest/ib-write-bw-dgx-spark-rocep1s0f1-4qp-rdma-cm-gbits-client.txt"  # 111.71 Gb/s
 # GPU memory (--use_cuda, DMA-BUF) through a RoCE mlx5_1: 181.46 Gb/s
+LAT_157 = "perftest/ib-write-lat-dgx-spark-rocep1s0f1-rdma-cm-client-2B.txt"  # p99 1.57 us
 GDR_181 = "perftest/ib-write-bw-use-cuda-dmabuf-a40-cx7-roce-16qp-60s-gbits-client.txt"
 REMAP = "nvidia-smi/nvsmi-q-a100-ecc-remap-pending-xid63-elided.txt"  # pending Yes, DRAM corr 177
 SRAM_UNC = "nvidia-smi/nvsmi-q-ecc-section-sram-uncorrectable-fragment.txt"  # SRAM unc. aggr. 5
@@ -197,6 +199,14 @@ def _gpudirect(cluster: Cluster, tmp: Path) -> Results:
     return _judged(cluster, tmp, {NODE: NodeBundle(NODE, outputs)})
 
 
+def _latency(cluster: Cluster, tmp: Path) -> dict[str, NodeBundle]:
+    """Every HCA of NODE with the DGX Spark ib_write_lat capture: 99th percentile 1.57 us."""
+    text = _text(LAT_157)
+    hcas = [nic.device for nic in expectations(cluster)[NODE].nics]
+    outputs = {f"perftest.lat.{h}": ProbeOutput("perftest", text) for h in hcas}
+    return {NODE: NodeBundle(NODE, outputs)}
+
+
 def _multinode(cluster: Cluster, tmp: Path) -> Results:
     """The recorded 2-node run of NODE and gpu002 (78.33 GB/s), judged from a bundle's
     _multinode folder as `gpuctl validate --level long` and `gpuctl report` judge it."""
@@ -273,6 +283,7 @@ CASES: tuple[Case, ...] = (
     ),
     Case("ib_write_bw_gbps", "ib.write_bw", 92.0, 93.0, _ib_write_bw({NODE: BW_92})),
     Case("ib_write_bw_gbps", "gpudirect.write_bw", 181.0, 182.0, judge=_gpudirect),
+    Case("ib_write_lat_p99_us", "ib.write_lat", 1.57, 1.56, _latency),
     # the slowest GPU of the node decides: GPU2 copies 23.90 GB/s in, GPU2 26.25 GB/s out
     Case("pcie_h2d_gbs", "pcie.h2d", 23.9, 24.0, _on("nvbandwidth", NVBANDWIDTH_8)),
     Case("pcie_d2h_gbs", "pcie.d2h", 26.25, 26.3, _on("nvbandwidth", NVBANDWIDTH_8)),
@@ -384,9 +395,15 @@ def test_moving_a_threshold_across_the_measured_value_flips_the_verdict(
     )
 
 
-@pytest.mark.parametrize("key", UNENFORCED_THRESHOLDS)
 @pytest.mark.parametrize("layer", LAYERS)
-def test_an_unenforced_threshold_is_refused_with_its_path(key: str, layer: str) -> None:
+def test_an_unenforced_threshold_is_refused_with_its_path(
+    layer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every key is enforced today (UNENFORCED_THRESHOLDS is empty): the refusal of a key no
+    check reads is proven on a key made unenforced for the test."""
+    assert UNENFORCED_THRESHOLDS == ()
+    key = "ib_write_lat_p99_us"
+    monkeypatch.setattr(settings, "UNENFORCED_THRESHOLDS", (key,))
     with pytest.raises(ConfigError) as caught:
         _with(layer, {key: 1})
     where = (

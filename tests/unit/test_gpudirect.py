@@ -96,7 +96,7 @@ def test_the_plan_runs_one_gpudirect_ib_write_bw_per_gpu_where_perftest_has_cuda
     assert all(p.per_gpu and p.exclusive for p in runs)
     assert shlex.join(runs[3].argv) == (
         "env CUDA_DEVICE_ORDER=PCI_BUS_ID /opt/perftest-cuda/current/bin/ib_write_bw -d '{hca}' "
-        "-p 18618 -s 8388608 -F --report_gbits --use_cuda=3"
+        "-p 19318 -s 8388608 -F --report_gbits --use_cuda=3"
     )
     dmabuf = {p.kind: p for p in probes_for(_exp(gpudirect.DMABUF, gpus=8), "standard")}
     assert dmabuf[gpudirect.kind(0)].argv[-1] == "--use_cuda_dmabuf"

@@ -694,6 +694,23 @@ def _ib_verdicts(cluster: Cluster, tmp: Path) -> Any:
     return _verdicts(cluster, {node: NodeBundle(node, {}, per_hca)})
 
 
+def _lat_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """ib_write_lat on every adapter of the first node with NICs: a real 2-byte run, 99th
+    percentile 1.57 us."""
+    lat = "perftest/ib-write-lat-dgx-spark-rocep1s0f1-rdma-cm-client-2B.txt"
+    group = next((g for g in cluster.node_groups if g.nics), None)
+    if group is None:
+        return None
+    from gpuctl.validation.expect import expectations
+
+    node = group.node_names()[0]
+    outputs = {
+        f"perftest.lat.{n.device}": _bundle(lat, "perftest")
+        for n in expectations(cluster)[node].nics
+    }
+    return _verdicts(cluster, {node: NodeBundle(node, outputs)})
+
+
 def _nothing_collected(cluster: Cluster, tmp: Path) -> Any:
     """Every node reached, no output: each check UNKNOWN."""
     from gpuctl.config.derived import nodes
@@ -880,6 +897,7 @@ PROOFS: dict[str, Proof] = {
     **{p + "xid_fatal": _xid_verdicts for p in _TH},
     **{p + "ib_link_flaps_max": _flap_verdicts for p in _TH},
     **{p + "ib_write_bw_gbps": _ib_verdicts for p in _TH},
+    **{p + "ib_write_lat_p99_us": _lat_verdicts for p in _TH},
     **{p + "nccl_multinode_busbw_gbs": _multinode_threshold for p in _TH},
     **{p + "clock_offset_max_s": _clock_verdicts for p in _TH},
     **{p + k: _pcie_verdicts for p in _TH for k in ("pcie_h2d_gbs", "pcie_d2h_gbs")},
@@ -904,6 +922,7 @@ CANDIDATES.update(
             for name in ("all_gather", "reduce_scatter", "alltoall", "sendrecv")
         },
         **{p + "ib_write_bw_gbps": [1.0, "100%"] for p in _TH},
+        **{p + "ib_write_lat_p99_us": [1.0, 2.0] for p in _TH},
         **{p + k: [0, 10] for p in _TH for k in ("sram_correctable_max", "dram_correctable_max")},
         **{p + "fleet_relative_min": [0.999, 0.01] for p in _TH},
         **{p + "xid_fatal": [[13], [43]] for p in _TH},

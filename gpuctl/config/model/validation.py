@@ -28,7 +28,7 @@ class Thresholds(StrictModel):
     Resolution, last wins: gpuctl defaults (data/health.yml, data/xid.yml), the group's GPU
     model (data/gpu_models.yml), the group's fabric rate (data/fabrics.yml),
     `validation.thresholds`, `node_groups[].validation.thresholds`. ECC and row-remap limits
-    count per GPU. `ib_write_lat_p99_us` is not enforced yet: set, it is refused.
+    count per GPU.
     """
 
     nccl_all_reduce_busbw_gbs: float | None = Field(
@@ -57,8 +57,8 @@ class Thresholds(StrictModel):
     ib_write_lat_p99_us: float | None = Field(
         None,
         gt=0,
-        description="Not enforced yet (refused when set): maximum ib_write_lat 99th "
-        "percentile, microseconds.",
+        description="Maximum 99th percentile of ib_write_lat's 2-byte writes between two "
+        "nodes, per adapter, microseconds (run after ib_write_bw at standard and long).",
     )
     pcie_h2d_gbs: float | None = Field(
         None,

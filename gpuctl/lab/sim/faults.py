@@ -106,6 +106,19 @@ def _flaps(text: str) -> dict[str, int]:
 _BER = re.compile(r"\s*(mlx5_\d+)\s*(?::\s*([0-9](?:\.[0-9])?E-[0-9]{1,3})\s*)?", re.IGNORECASE)
 
 
+def _latency(text: str) -> dict[str, float]:
+    hca, _, extra = text.strip().partition(":")
+    if not re.fullmatch(r"mlx5_\w+", hca):
+        raise FaultError(f"ib_latency: expected HCA[:US] such as mlx5_2:5, got {text!r}")
+    try:
+        us = float(extra) if extra else 5.0
+    except ValueError:
+        raise FaultError(f"ib_latency: expected microseconds such as 5, got {extra!r}") from None
+    if not 0.0 < us <= 1000.0:
+        raise FaultError(f"ib_latency: {us} us is outside (0, 1000]")
+    return {hca: us}
+
+
 def _ber(text: str) -> dict[str, str]:
     match = _BER.fullmatch(text)
     if not match:
@@ -348,6 +361,13 @@ SPECS: dict[str, FaultSpec] = {
             "ib_ber", "HCA[:BER]", "an HCA port with bit errors after FEC (mlxlink)", _ber, True
         ),
         FaultSpec(
+            "ib_latency",
+            "HCA[:US]",
+            "RDMA writes through an HCA US microseconds slower (ib_write_lat; default 5)",
+            _latency,
+            True,
+        ),
+        FaultSpec(
             "nccl_slow", "FACTOR", "NCCL busbw times FACTOR", lambda v: _factor(v, "nccl_slow")
         ),
         FaultSpec(
@@ -450,7 +470,14 @@ def _gpus_named(name: str, value: Any) -> list[int]:
 
 def _hcas_named(name: str, value: Any) -> list[str] | None:
     """The HCAs a fault names ([] for "every HCA"), or None when it names none."""
-    if name in ("ib_port_down", "ib_rate", "ib_link_flaps", "ib_ber", "nic_pcie_degraded"):
+    if name in (
+        "ib_port_down",
+        "ib_rate",
+        "ib_link_flaps",
+        "ib_ber",
+        "ib_latency",
+        "nic_pcie_degraded",
+    ):
         return list(value)
     if name == "firmware":
         named = [t for t in value if t == "hca" or t.startswith("mlx5_")]

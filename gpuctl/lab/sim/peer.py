@@ -21,12 +21,26 @@ from collections.abc import Callable
 from typing import Any
 
 from .common import Faults, Hca, Profile, recv_line
-from .perf import WAITING, PerftestArgs, ToolFailure, ib_write_bw, peak_gbps, pick
+from .perf import (
+    WAITING,
+    PerftestArgs,
+    ToolFailure,
+    ib_write_bw,
+    ib_write_lat,
+    lat_extra_us,
+    peak_gbps,
+    pick,
+)
 
 EXCHANGE_TIMEOUT = 30.0  # seconds to wait for the other side's line once connected
 _NOT_CONNECTED = " Failed to modify QP to RTR\n Unable to Connect the HCA's through the link\n"
 
 StateLoader = Callable[[], tuple[Profile, Faults]]
+
+
+def _render(args: PerftestArgs) -> Callable[..., str]:
+    """The output of the test ``args`` names (ib_write_lat, else a bandwidth test)."""
+    return ib_write_lat if args.title == "RDMA_Write Latency Test" else ib_write_bw
 
 
 def _state(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> dict[str, Any]:
@@ -43,6 +57,7 @@ def _state(profile: Profile, faults: Faults, node: str, args: PerftestArgs) -> d
         "rate": hca.rate,
         "lid": hca.lid,
         "peak_gbps": peak_gbps(profile, faults, hca),
+        "lat_extra_us": lat_extra_us(faults, hca),
     }
 
 
@@ -92,7 +107,7 @@ def server(load: StateLoader, node: str, args: PerftestArgs, write: Callable[[st
         raise ToolFailure(str(local["error"]))
     if not remote.get("active"):
         raise ToolFailure(_NOT_CONNECTED)
-    return ib_write_bw(profile, faults, node, args, peer=remote).removeprefix(WAITING)
+    return _render(args)(profile, faults, node, args, peer=remote).removeprefix(WAITING)
 
 
 def _tell_down(node: str, host: str, args: PerftestArgs) -> None:
@@ -143,4 +158,4 @@ def client(load: StateLoader, node: str, args: PerftestArgs) -> str:
             ) from None
     if not remote.get("active"):
         raise ToolFailure(_NOT_CONNECTED)
-    return ib_write_bw(profile, faults, node, args, peer=remote)
+    return _render(args)(profile, faults, node, args, peer=remote)

@@ -480,3 +480,91 @@ def ib_write_bw(
     if args.server is None:
         return WAITING + text
     return text
+
+
+# ------------------------------------------------------------------------------------------
+# ib_write_lat
+
+# perftest src/perftest_parameters.h: RESULT_FMT_LAT (the header, its trailing blank included)
+# and REPORT_FMT_LAT (a row: its tabs as perftest prints them)
+_LAT_HEADER = (
+    " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    "
+    "t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+)
+_LAT_ROW = (
+    " {size:<7} {iters}          {t_min:<7.2f}        {t_max:<7.2f}      {typical:<7.2f}  "
+    "\t       {avg:<7.2f}     \t{stdev:<7.2f}\t\t{p99:<7.2f} \t\t{p999:<7.2f}"
+)
+# one-way latency of a 2-byte RDMA write across one switch (us): the DGX Spark capture of
+# tests/fixtures/perftest shows 1.47 typical, 1.57 at the 99th percentile on a 200G port
+LAT_TYPICAL_US = {"InfiniBand": 1.10, "Ethernet": 1.47}
+
+
+def lat_extra_us(faults: Faults, hca: Hca) -> float:
+    """Microseconds fault ``ib_latency`` adds to every write through ``hca``."""
+    return float((faults.get("ib_latency") or {}).get(hca.name, 0.0))
+
+
+def ib_write_lat(
+    profile: Profile,
+    faults: Faults,
+    node: str,
+    args: PerftestArgs,
+    peer: Mapping[str, Any] | None = None,
+) -> str:
+    """ib_write_lat's output (the server's with the waiting banner first): both sides print
+    the same table (src/write_lat.c), the latency of the link both ends add to."""
+    hca = _pick(profile, faults, node, args)
+    ethernet = hca.link_layer == "Ethernet"
+    extra = lat_extra_us(faults, hca) + float((peer or {}).get("lat_extra_us") or 0.0)
+    typical = LAT_TYPICAL_US["Ethernet" if ethernet else "InfiniBand"] + extra
+    remote_lid = int(peer["lid"]) if peer is not None else hca.lid + 1
+    head = [
+        _DASHES,
+        "                    RDMA_Write Latency Test",
+        f" Dual-port       : OFF          Device         : {hca.name}",
+        " Number of qps   : 1            Transport type : IB",
+        " Connection type : RC           Using SRQ      : OFF",
+        " PCIe relax order: OFF",
+        " ibv_wr* API     : ON",
+        " TX depth        : 1",
+        f" Mtu             : {'1024' if ethernet else '4096'}[B]",
+        f" Link type       : {hca.link_layer if ethernet else 'IB'}",
+    ]
+    if ethernet:
+        head.append(f" GID index       : {args.gid_index or 0}")
+    head += [
+        " Max inline data : 220[B]",
+        " rdma_cm QPs     : OFF",
+        " Data ex. method : Ethernet",
+        _DASHES,
+    ]
+    seed = digest(node, hca.name, "lat-qpn")
+    lid = "0000" if ethernet else f"{hca.lid:#06x}"
+    rlid = "0000" if ethernet else f"{remote_lid:#06x}"
+    head.append(
+        f" local address: LID {lid} QPN {seed & 0xFFFF:#06x} PSN {seed >> 8 & 0xFFFFFF:#08x}"
+    )
+    head.append(
+        f" remote address: LID {rlid} QPN {(seed + 0x40) & 0xFFFF:#06x} "
+        f"PSN {seed >> 4 & 0xFFFFFF:#08x}"
+    )
+    head += [_DASHES, _LAT_HEADER]
+    head.append(
+        _LAT_ROW.format(
+            size=2,
+            iters=1000,
+            t_min=typical - 0.05,
+            t_max=typical + 0.46,
+            typical=typical,
+            avg=typical,
+            stdev=0.0,
+            p99=typical + 0.10,
+            p999=typical + 0.46,
+        )
+    )
+    head.append(_DASHES)
+    text = "\n".join(head) + "\n"
+    if args.server is None:
+        return WAITING + text
+    return text

@@ -552,6 +552,7 @@ _PERFTEST_TITLES = {
     "ib_write_bw": "RDMA_Write BW Test",
     "ib_read_bw": "RDMA_Read BW Test",
     "ib_send_bw": "Send BW Test",
+    "ib_write_lat": "RDMA_Write Latency Test",
 }
 
 
@@ -720,9 +721,11 @@ _HANDLERS: dict[str, _Handler] = {
     "ib_write_bw": _perftest("ib_write_bw"),
     "ib_read_bw": _perftest("ib_read_bw"),
     "ib_send_bw": _perftest("ib_send_bw"),
+    "ib_write_lat": _perftest("ib_write_lat"),
     "ib_write_bw+cuda": _perftest("ib_write_bw", cuda=True),
     "ib_read_bw+cuda": _perftest("ib_read_bw", cuda=True),
     "ib_send_bw+cuda": _perftest("ib_send_bw", cuda=True),
+    "ib_write_lat+cuda": _perftest("ib_write_lat", cuda=True),
     "dcgmi": _dcgmi,
     "nv-fabricmanager": _fabricmanager,
     "nvidia-persistenced": _persistenced,

@@ -6,8 +6,9 @@ bundle's meta.json, where the collector records each HCA's ``peer`` and ``peer_h
 
 A failed pair does not say which of its two nodes is at fault; the collector's retests
 (:func:`gpuctl.validation.pairs.retest`) test each suspect again with a node that passed, and
-this pass decides what is left, per failed ``ib.write_bw`` result of node A on HCA a, measured
-with node B on HCA b (docs/validate.md, "Which side of a failed pair is to blame"):
+this pass decides what is left, per failed ``ib.write_bw`` result (and ``ib.write_lat``, the
+latency measured on the same pair right after it) of node A on HCA a, measured with node B on
+HCA b (docs/validate.md, "Which side of a failed pair is to blame"):
 
 1. Self-evidence first: what a node shows about its own HCA in the same run (``ib.port``,
    ``ib.port.state``, ``ib.port.rate``, ``ib.port.link_layer``, ``ib.duplicate`` FAIL on that
@@ -54,19 +55,22 @@ class Peer:
 # node -> its HCA -> the partner its recorded ib_write_bw result was measured with
 Peers = Mapping[str, Mapping[str, Peer]]
 
-PAIR_CHECKS = ("ib.write_bw", "ib.write_bw.fleet")
+BANDWIDTH, LATENCY = "ib.write_bw", "ib.write_lat"
+PAIR_CHECKS = (BANDWIDTH, "ib.write_bw.fleet")
 # what a node shows about its own HCA: a failure of one of these on the HCA of the pair
 SELF_CHECKS = frozenset(
     {"ib.port", "ib.port.state", "ib.port.rate", "ib.port.link_layer", "ib.duplicate"}
 )
 
 
-def pair_peers(bundle: Path, nodes: Iterable[str]) -> dict[str, dict[str, Peer]]:
+def pair_peers(
+    bundle: Path, nodes: Iterable[str], prefix: str = perftest_kind("")
+) -> dict[str, dict[str, Peer]]:
     """The partner of each node's ib_write_bw outputs, as the collector recorded it in the
-    node's meta.json (``perftest-<hca>``: ``peer``, ``peer_hca``); nodes and HCAs without a
-    readable record are left out."""
+    node's meta.json (``perftest-<hca>``: ``peer``, ``peer_hca``; ``prefix``
+    ``perftest.lat.``: its ib_write_lat outputs); nodes and HCAs without a readable record are
+    left out."""
     out: dict[str, dict[str, Peer]] = {}
-    prefix = perftest_kind("")
     for node in nodes:
         meta, _ = read_node_meta(bundle, node)
         probes = meta.get("probes") if meta is not None else None
@@ -104,11 +108,12 @@ def _said(r: CheckResult) -> str:
 
 
 def _passed_with_other(
-    results: Sequence[CheckResult], peers: Mapping[str, Peer], other: str
+    results: Sequence[CheckResult], peers: Mapping[str, Peer], other: str, check: str
 ) -> str | None:
-    """A node (not ``other``) this node's ib_write_bw passed with in this run, or None."""
+    """A node (not ``other``) this node's ``check`` (ib.write_bw, ib.write_lat) passed with in
+    this run, or None."""
     for r in results:
-        if r.check != "ib.write_bw" or r.verdict is not Verdict.OK or r.subject is None:
+        if r.check != check or r.verdict is not Verdict.OK or r.subject is None:
             continue
         peer = peers.get(r.subject)
         if peer is not None and peer.node != other:
@@ -116,20 +121,23 @@ def _passed_with_other(
     return None
 
 
-def _bandwidth_failure(r: CheckResult) -> bool:
-    """A pair result that failed its threshold (not a number no link can carry: a lie)."""
-    return (
-        r.check == "ib.write_bw"
-        and r.verdict is Verdict.FAIL
-        and r.subject is not None
-        and isinstance(r.measured, int | float)
-        and isinstance(r.expected, int | float)
-        and r.measured < r.expected
-    )
+def _threshold_failure(r: CheckResult, check: str) -> bool:
+    """A pair result of ``check`` that failed its threshold: a bandwidth below its floor, a
+    latency above its limit (not a number no link can carry: a lie)."""
+    if r.check != check or r.verdict is not Verdict.FAIL or r.subject is None:
+        return False
+    if not isinstance(r.measured, int | float) or not isinstance(r.expected, int | float):
+        return False
+    return r.measured > r.expected if check == LATENCY else r.measured < r.expected
 
 
 def _verdict_for(
-    node: str, hca: str, peer: Peer, per_node: Mapping[str, Sequence[CheckResult]], peers: Peers
+    node: str,
+    hca: str,
+    peer: Peer,
+    per_node: Mapping[str, Sequence[CheckResult]],
+    peers: Peers,
+    check: str = BANDWIDTH,
 ) -> tuple[Verdict, str] | None:
     """The pair result of ``node``'s ``hca`` with ``peer``: (verdict, what decided it), or
     None to leave it as it is (the FAIL is the node's)."""
@@ -146,8 +154,8 @@ def _verdict_for(
             f"pair with {peer.node} failed; {peer.node}'s {_said(evidence)} "
             f"({peer.node}'s own evidence): not charged to {node}",
         )
-    mine_ok = _passed_with_other(mine, peers.get(node, {}), peer.node)
-    theirs_ok = _passed_with_other(theirs, peers.get(peer.node, {}), node)
+    mine_ok = _passed_with_other(mine, peers.get(node, {}), peer.node, check)
+    theirs_ok = _passed_with_other(theirs, peers.get(peer.node, {}), node, check)
     if theirs_ok and not mine_ok:
         return None  # the partner passed with another node, this node with none
     if mine_ok and not theirs_ok:
@@ -168,35 +176,52 @@ def _verdict_for(
     )
 
 
-def assign_blame(per_node: MutableMapping[str, list[CheckResult]], peers: Peers) -> None:
-    """Charge each failed ib_write_bw pair to the side its evidence shows, and name the causes
-    gpuctl can see (module docstring); changes ``per_node``'s lists in place."""
+def assign_blame(
+    per_node: MutableMapping[str, list[CheckResult]],
+    peers: Peers,
+    lat_peers: Peers | None = None,
+) -> None:
+    """Charge each failed ib_write_bw pair (and ib_write_lat pair: ``lat_peers``) to the side
+    its evidence shows, and name the causes gpuctl can see (module docstring); changes
+    ``per_node``'s lists in place."""
+    _charge(per_node, peers, BANDWIDTH, PAIR_CHECKS)
+    _charge(per_node, lat_peers or {}, LATENCY, (LATENCY,))
+    name_causes(per_node)
+
+
+def _charge(
+    per_node: MutableMapping[str, list[CheckResult]],
+    peers: Peers,
+    check: str,
+    follow: tuple[str, ...],
+) -> None:
+    """:func:`assign_blame` for one pair check; ``follow``: the checks whose verdict on the
+    same HCA follows the decision (the check and its fleet-relative result)."""
     decided: dict[tuple[str, str], tuple[Verdict, str]] = {}
     for node, results in per_node.items():
         for r in results:
-            if not _bandwidth_failure(r):
+            if not _threshold_failure(r, check):
                 continue
-            assert r.subject is not None  # noqa: S101 - _bandwidth_failure checks it
+            assert r.subject is not None  # noqa: S101 - _threshold_failure checks it
             peer = peers.get(node, {}).get(r.subject)
             if peer is None:
                 continue
-            outcome = _verdict_for(node, r.subject, peer, per_node, peers)
+            outcome = _verdict_for(node, r.subject, peer, per_node, peers, check)
             if outcome is not None:
                 decided[(node, r.subject)] = outcome
     for node, results in per_node.items():
         own = peers.get(node, {})
         for i, r in enumerate(results):
-            if r.check not in PAIR_CHECKS or r.subject is None:
+            if r.check not in follow or r.subject is None:
                 continue
             peer = own.get(r.subject)
             change = decided.get((node, r.subject))
             if change is not None and r.verdict is Verdict.FAIL:
                 verdict, why = change
                 r = dataclasses.replace(r, verdict=verdict, message=f"{r.message}; {why}")
-            if peer is not None and r.check == "ib.write_bw":
+            if peer is not None and r.check == check:
                 r = with_partner(r, peer.node, peer.hca)
             results[i] = r
-    name_causes(per_node)
 
 
 def name_causes(per_node: MutableMapping[str, list[CheckResult]]) -> None:
