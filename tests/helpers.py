@@ -39,3 +39,29 @@ def require_tool(name: str, install: str) -> str:
             pytrace=False,
         )
     return path
+
+
+def sim_node_env(tmp_path: Path, name: str, profile: str, *faults: str) -> dict[str, str]:
+    """The environment of a lab stand-in run as node ``name`` of hardware ``profile``, with
+    ``faults`` (``"ib_latency=mlx5_1:3"``) stored as the lab stores them."""
+    import json
+
+    from gpuctl.lab.sim import profiles
+    from gpuctl.lab.sim.faults import apply
+
+    hardware = tmp_path / f"{name}-hardware.json"
+    hardware.write_text(profiles.profile_json(profile))
+    found: dict[str, object] = {}
+    for text in faults:
+        key, _, value = text.partition("=")
+        found = dict(apply(found, key, value))
+    stored = tmp_path / f"{name}-faults.json"
+    stored.write_text(json.dumps(found))
+    return {
+        "GPUCTL_SIM_PROFILE": str(hardware),
+        "GPUCTL_SIM_FAULTS": str(stored),
+        "GPUCTL_SIM_NODE": name,
+        "GPUCTL_SIM_CONNECT_TIMEOUT": "10",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+    }

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import ROOT
+from helpers import ROOT, sim_node_env
 
 from gpuctl.lab.sim import (
     dcgm,
@@ -863,18 +863,7 @@ def _free_port() -> int:
 
 
 def _side(tmp_path: Path, name: str, *faults: str) -> dict[str, str]:
-    profile = tmp_path / f"{name}-hardware.json"
-    profile.write_text(profiles.profile_json(H100))
-    stored = tmp_path / f"{name}-faults.json"
-    stored.write_text(json.dumps(_faults(*faults)))
-    return {
-        "GPUCTL_SIM_PROFILE": str(profile),
-        "GPUCTL_SIM_FAULTS": str(stored),
-        "GPUCTL_SIM_NODE": name,
-        "GPUCTL_SIM_CONNECT_TIMEOUT": "10",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-    }
+    return sim_node_env(tmp_path, name, H100, *faults)
 
 
 _CODE = (

@@ -6,13 +6,12 @@ in perftest's own row format (src/perftest_parameters.h REPORT_FMT_LAT)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, sim_node_env
 
 from gpuctl.lab.sim import perf, profiles
 from gpuctl.lab.sim.faults import FaultError, apply
@@ -146,25 +145,6 @@ def test_the_standin_prints_perftests_latency_table_and_the_fault_slows_it() -> 
         apply({}, "ib_latency", "mlx5_2:-1")
 
 
-def _side(tmp_path: Path, name: str, *faults: str) -> dict[str, str]:
-    profile = tmp_path / f"{name}-hardware.json"
-    profile.write_text(profiles.profile_json("hgx-h100-ndr"))
-    stored = tmp_path / f"{name}-faults.json"
-    found: dict[str, object] = {}
-    for text in faults:
-        key, _, value = text.partition("=")
-        found = apply(found, key, value)
-    stored.write_text(json.dumps(found))
-    return {
-        "GPUCTL_SIM_PROFILE": str(profile),
-        "GPUCTL_SIM_FAULTS": str(stored),
-        "GPUCTL_SIM_NODE": name,
-        "GPUCTL_SIM_CONNECT_TIMEOUT": "10",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-    }
-
-
 _CODE = (
     "import sys; from gpuctl.lab.sim.standin import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
 )
@@ -179,7 +159,7 @@ def test_ib_write_lat_server_and_client_both_print_the_slower_links_table(tmp_pa
     args = ("-d", "mlx5_1", "-F", "-p", port)
     server = subprocess.Popen(
         [sys.executable, "-c", _CODE, "/usr/bin/ib_write_lat", *args],
-        env=_side(tmp_path, "n1", "ib_latency=mlx5_1:3"),
+        env=sim_node_env(tmp_path, "n1", "hgx-h100-ndr", "ib_latency=mlx5_1:3"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -187,7 +167,7 @@ def test_ib_write_lat_server_and_client_both_print_the_slower_links_table(tmp_pa
     try:
         client = subprocess.run(
             [sys.executable, "-c", _CODE, "/usr/bin/ib_write_lat", *args, "127.0.0.1"],
-            env=_side(tmp_path, "n2"),
+            env=sim_node_env(tmp_path, "n2", "hgx-h100-ndr"),
             capture_output=True,
             text=True,
             check=False,

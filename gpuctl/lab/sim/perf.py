@@ -398,6 +398,18 @@ def cuda_teardown(node: str, args: PerftestArgs) -> str:
     return f"deallocating GPU buffer {address:016x}\ndestroying current CUDA Ctx\n"
 
 
+def _settings_tail(ethernet: bool, args: PerftestArgs, inline: int) -> list[str]:
+    """The last settings lines of perftest's header (the GID index only on Ethernet)."""
+    gid = [f" GID index       : {args.gid_index or 0}"] if ethernet else []
+    return [
+        *gid,
+        f" Max inline data : {inline}[B]",
+        " rdma_cm QPs     : OFF",
+        " Data ex. method : Ethernet",
+        _DASHES,
+    ]
+
+
 WAITING = (
     "\n************************************\n"
     "* Waiting for client to connect... *\n"
@@ -435,14 +447,7 @@ def ib_write_bw(
         f" Mtu             : {'1024' if ethernet else '4096'}[B]",
         f" Link type       : {hca.link_layer if ethernet else 'IB'}",
     ]
-    if ethernet:
-        head.append(f" GID index       : {args.gid_index or 0}")
-    head += [
-        " Max inline data : 0[B]",
-        " rdma_cm QPs     : OFF",
-        " Data ex. method : Ethernet",
-        _DASHES,
-    ]
+    head += _settings_tail(ethernet, args, inline=0)
     seed = digest(node, hca.name, "qpn")
     for qp in range(args.qps):
         lid = "0000" if ethernet else f"{hca.lid:#06x}"
@@ -531,14 +536,7 @@ def ib_write_lat(
         f" Mtu             : {'1024' if ethernet else '4096'}[B]",
         f" Link type       : {hca.link_layer if ethernet else 'IB'}",
     ]
-    if ethernet:
-        head.append(f" GID index       : {args.gid_index or 0}")
-    head += [
-        " Max inline data : 220[B]",
-        " rdma_cm QPs     : OFF",
-        " Data ex. method : Ethernet",
-        _DASHES,
-    ]
+    head += _settings_tail(ethernet, args, inline=220)
     seed = digest(node, hca.name, "lat-qpn")
     lid = "0000" if ethernet else f"{hca.lid:#06x}"
     rlid = "0000" if ethernet else f"{remote_lid:#06x}"
