@@ -182,3 +182,15 @@ def test_ib_write_lat_server_and_client_both_print_the_slower_links_table(tmp_pa
     srv, cli = parse("perftest", out).data, parse("perftest", client.stdout).data
     assert (srv["role"], cli["role"]) == ("server", "client")
     assert srv["rows"][0]["p99"] == cli["rows"][0]["p99"] == pytest.approx(4.2)
+
+
+def test_an_all_sizes_run_is_judged_on_its_smallest_writes_and_a_server_side_counts() -> None:
+    """ConnectX-3 QDR, -a: the 2-byte row (99th percentile 1.21 us), not the 8 MiB one; the
+    Soft-RoCE server side (its own table after the banner) is judged as the client's is."""
+    qdr = capture_output(FIX / "ib-write-lat-connectx3-qdr-all-sizes-client.txt")
+    [r] = judge_ib_write_lat(_exp(1.21), {"mlx5_0": _out(qdr), "mlx5_1": _out(qdr)})[:1]
+    assert (r.verdict, r.measured) == (Verdict.OK, 1.21)
+    server = capture_output(FIX / "ib-write-lat-softroce-rxe0-64B-server-with-banner.txt")
+    [s] = judge_ib_write_lat(_exp(), {"mlx5_0": _out(server), "mlx5_1": _out(server)})[:1]
+    assert (s.verdict, s.measured) == (Verdict.FAIL, 177.55)
+    assert s.message.startswith("99th percentile 177.55 us > 4.2 us (64 B writes)")
