@@ -6,6 +6,7 @@ the conftest.py there, and mypy finds it as a top-level module beside it."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,41 @@ def sim_node_env(tmp_path: Path, name: str, profile: str, *faults: str) -> dict[
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(ROOT),
     }
+
+
+STANDIN_CODE = (
+    "import sys; from gpuctl.lab.sim.standin import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
+)
+"""Runs a lab stand-in as a node does: ``python -c STANDIN_CODE /usr/bin/<tool> args...``."""
+
+
+def standin_pair(
+    tool: str, server_env: dict[str, str], client_env: dict[str, str], *args: str
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """A perftest stand-in's server in the background and its client against it on a free
+    port of 127.0.0.1; both results."""
+    import socket
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    command = [sys.executable, "-c", STANDIN_CODE, f"/usr/bin/{tool}", *args, "-p", port]
+    server = subprocess.Popen(
+        command, env=server_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        client = subprocess.run(
+            [*command, "127.0.0.1"],
+            env=client_env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        out, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    return subprocess.CompletedProcess(server.args, server.returncode, out, err), client

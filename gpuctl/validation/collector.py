@@ -67,7 +67,7 @@ from gpuctl.validation.bundle import (
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.gpudirect import Route
 from gpuctl.validation.judges.base import ProbeOutput
-from gpuctl.validation.pair_run import TESTS, PairTest, lost_sides, run_sides
+from gpuctl.validation.pair_run import BANDWIDTH, LATENCY, PairTest, lost_sides, run_sides
 from gpuctl.validation.probes import (
     IB_WRITE_BW_BASE_PORT,
     IB_WRITE_BW_TIMEOUT_S,
@@ -457,8 +457,8 @@ class Collector:
                 self._perftest_options(client, hca),
             )
             # ib_write_bw, then (where a group sets ib_write_lat_p99_us) ib_write_lat
-            tests = [(TESTS[0], base + i)] + (
-                [(TESTS[1], base + i + IB_WRITE_LAT_PORT_OFFSET)] if latency else []
+            tests = [(BANDWIDTH, base + i)] + (
+                [(LATENCY, base + i + IB_WRITE_LAT_PORT_OFFSET)] if latency else []
             )
             for test, port in tests:
                 s_argv = test.server(peer_hca, port, s_opts)
@@ -475,7 +475,7 @@ class Collector:
                     for node, why_lost in gone.items():
                         self._lose(srv if node == server else cli, why_lost)
                     # a loss during ib_write_lat leaves this HCA's ib_write_bw measured
-                    start = i if test is TESTS[0] else i + 1
+                    start = i if test is BANDWIDTH else i + 1
                     if not loop:
                         for survivor, other, as_server in (
                             (cli, server, False),

@@ -45,23 +45,21 @@ class PairTest:
     judge: Callable[[NodeExpectation, str, ProbeOutput], list[CheckResult]]
 
 
-TESTS = (
-    PairTest(
-        "ib_write_bw",
-        perftest_kind,
-        ib_write_bw_server,
-        ib_write_bw_client,
-        IB_WRITE_BW_TIMEOUT_S,
-        lambda exp, hca, out: judge_ib_write_bw(exp, {hca: out}),
-    ),
-    PairTest(
-        "ib_write_lat",
-        latency_kind,
-        ib_write_lat_server,
-        ib_write_lat_client,
-        IB_WRITE_LAT_TIMEOUT_S,
-        lambda exp, hca, out: judge_ib_write_lat(exp, {hca: out}),
-    ),
+BANDWIDTH = PairTest(
+    "ib_write_bw",
+    perftest_kind,
+    ib_write_bw_server,
+    ib_write_bw_client,
+    IB_WRITE_BW_TIMEOUT_S,
+    lambda exp, hca, out: judge_ib_write_bw(exp, {hca: out}),
+)
+LATENCY = PairTest(
+    "ib_write_lat",
+    latency_kind,
+    ib_write_lat_server,
+    ib_write_lat_client,
+    IB_WRITE_LAT_TIMEOUT_S,
+    lambda exp, hca, out: judge_ib_write_lat(exp, {hca: out}),
 )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import ROOT, sim_node_env
+from helpers import ROOT, STANDIN_CODE, sim_node_env, standin_pair
 
 from gpuctl.lab.sim import (
     dcgm,
@@ -866,38 +866,14 @@ def _side(tmp_path: Path, name: str, *faults: str) -> dict[str, str]:
     return sim_node_env(tmp_path, name, H100, *faults)
 
 
-_CODE = (
-    "import sys; from gpuctl.lab.sim.standin import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
-)
+_CODE = STANDIN_CODE
 
 
 def _pair(
     server_env: dict[str, str], client_env: dict[str, str], *args: str
 ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
     """Run the server in the background and the client against it; both results."""
-    port = str(_free_port())
-    server = subprocess.Popen(
-        [sys.executable, "-c", _CODE, "/usr/bin/ib_write_bw", *args, "-p", port],
-        env=server_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        client = subprocess.run(
-            [sys.executable, "-c", _CODE, "/usr/bin/ib_write_bw", *args, "-p", port, "127.0.0.1"],
-            env=client_env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
-        out, err = server.communicate(timeout=60)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    return subprocess.CompletedProcess(server.args, server.returncode, out, err), client
+    return standin_pair("ib_write_bw", server_env, client_env, *args)
 
 
 def test_ib_write_bw_server_and_client(tmp_path: Path) -> None:

@@ -6,12 +6,10 @@ in perftest's own row format (src/perftest_parameters.h REPORT_FMT_LAT)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, sim_node_env
+from helpers import ROOT, sim_node_env, standin_pair
 
 from gpuctl.lab.sim import perf, profiles
 from gpuctl.lab.sim.faults import FaultError, apply
@@ -145,39 +143,16 @@ def test_the_standin_prints_perftests_latency_table_and_the_fault_slows_it() -> 
         apply({}, "ib_latency", "mlx5_2:-1")
 
 
-_CODE = (
-    "import sys; from gpuctl.lab.sim.standin import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
-)
-
-
 def test_ib_write_lat_server_and_client_both_print_the_slower_links_table(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    args = ("-d", "mlx5_1", "-F", "-p", port)
-    server = subprocess.Popen(
-        [sys.executable, "-c", _CODE, "/usr/bin/ib_write_lat", *args],
-        env=sim_node_env(tmp_path, "n1", "hgx-h100-ndr", "ib_latency=mlx5_1:3"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    server, client = standin_pair(
+        "ib_write_lat",
+        sim_node_env(tmp_path, "n1", "hgx-h100-ndr", "ib_latency=mlx5_1:3"),
+        sim_node_env(tmp_path, "n2", "hgx-h100-ndr"),
+        "-d",
+        "mlx5_1",
+        "-F",
     )
-    try:
-        client = subprocess.run(
-            [sys.executable, "-c", _CODE, "/usr/bin/ib_write_lat", *args, "127.0.0.1"],
-            env=sim_node_env(tmp_path, "n2", "hgx-h100-ndr"),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
-        out, err = server.communicate(timeout=60)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+    out, err = server.stdout, server.stderr
     assert (server.returncode, client.returncode) == (0, 0), err + client.stderr
     srv, cli = parse("perftest", out).data, parse("perftest", client.stdout).data
     assert (srv["role"], cli["role"]) == ("server", "client")

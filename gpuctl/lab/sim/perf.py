@@ -398,10 +398,30 @@ def cuda_teardown(node: str, args: PerftestArgs) -> str:
     return f"deallocating GPU buffer {address:016x}\ndestroying current CUDA Ctx\n"
 
 
-def _settings_tail(ethernet: bool, args: PerftestArgs, inline: int) -> list[str]:
-    """The last settings lines of perftest's header (the GID index only on Ethernet)."""
+def _settings(
+    hca: Hca,
+    args: PerftestArgs,
+    title: str,
+    qps: int,
+    relax: str,
+    middle: list[str],
+    inline: int,
+) -> list[str]:
+    """perftest's header from the title to the settings' closing dashes: ``middle``, the
+    test's own lines after ``ibv_wr* API``; the GID index only on Ethernet."""
+    ethernet = hca.link_layer == "Ethernet"
     gid = [f" GID index       : {args.gid_index or 0}"] if ethernet else []
     return [
+        _DASHES,
+        f"                    {title}",
+        f" Dual-port       : OFF          Device         : {hca.name}",
+        f" Number of qps   : {qps:<13}Transport type : IB",
+        " Connection type : RC           Using SRQ      : OFF",
+        f" PCIe relax order: {relax}",
+        " ibv_wr* API     : ON",
+        *middle,
+        f" Mtu             : {'1024' if ethernet else '4096'}[B]",
+        f" Link type       : {hca.link_layer if ethernet else 'IB'}",
         *gid,
         f" Max inline data : {inline}[B]",
         " rdma_cm QPs     : OFF",
@@ -434,20 +454,8 @@ def ib_write_bw(
     remote_lid = int(peer["lid"]) if peer is not None else hca.lid + 1
     ethernet = hca.link_layer == "Ethernet"
     unit = "Gb/sec" if args.gbits else "MB/sec"
-    head = [
-        _DASHES,
-        f"                    {args.title}",
-        f" Dual-port       : OFF          Device         : {hca.name}",
-        f" Number of qps   : {args.qps:<13}Transport type : IB",
-        " Connection type : RC           Using SRQ      : OFF",
-        " PCIe relax order: ON",
-        " ibv_wr* API     : ON",
-        " TX depth        : 128",
-        " CQ Moderation   : 1",
-        f" Mtu             : {'1024' if ethernet else '4096'}[B]",
-        f" Link type       : {hca.link_layer if ethernet else 'IB'}",
-    ]
-    head += _settings_tail(ethernet, args, inline=0)
+    middle = [" TX depth        : 128", " CQ Moderation   : 1"]
+    head = _settings(hca, args, args.title, args.qps, "ON", middle, inline=0)
     seed = digest(node, hca.name, "qpn")
     for qp in range(args.qps):
         lid = "0000" if ethernet else f"{hca.lid:#06x}"
@@ -524,20 +532,9 @@ def ib_write_lat(
     extra = lat_extra_us(faults, hca) + float((peer or {}).get("lat_extra_us") or 0.0)
     typical = LAT_TYPICAL_US["Ethernet" if ethernet else "InfiniBand"] + extra
     remote_lid = int(peer["lid"]) if peer is not None else hca.lid + 1
-    head = [
-        _DASHES,
-        "                    RDMA_Write Latency Test",
-        f" Dual-port       : OFF          Device         : {hca.name}",
-        " Number of qps   : 1            Transport type : IB",
-        " Connection type : RC           Using SRQ      : OFF",
-        " PCIe relax order: OFF",
-        " ibv_wr* API     : ON",
-        # the server side prints no TX depth (the Soft-RoCE server capture of tests/fixtures)
-        *([" TX depth        : 1"] if args.server is not None else []),
-        f" Mtu             : {'1024' if ethernet else '4096'}[B]",
-        f" Link type       : {hca.link_layer if ethernet else 'IB'}",
-    ]
-    head += _settings_tail(ethernet, args, inline=220)
+    # the server side prints no TX depth (the Soft-RoCE server capture of tests/fixtures)
+    middle = [" TX depth        : 1"] if args.server is not None else []
+    head = _settings(hca, args, "RDMA_Write Latency Test", 1, "OFF", middle, inline=220)
     seed = digest(node, hca.name, "lat-qpn")
     lid = "0000" if ethernet else f"{hca.lid:#06x}"
     rlid = "0000" if ethernet else f"{remote_lid:#06x}"
