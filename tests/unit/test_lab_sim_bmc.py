@@ -716,10 +716,17 @@ def _boots(tmp_path: Path) -> int:
 
 
 def _init_of(tmp_path: Path) -> int:
+    eventually(lambda: _current_init(tmp_path) is not None)
+    init = _current_init(tmp_path)
+    assert init is not None
+    return init
+
+
+def _current_init(tmp_path: Path) -> int | None:
+    """The container's init now, or None between a boot's log line and its pid file."""
     nspawn = _nspawn(tmp_path)
-    assert nspawn is not None
-    eventually(lambda: bool(_descendants(nspawn)))
-    return _descendants(nspawn)[0]
+    kids = _descendants(nspawn) if nspawn is not None else []
+    return kids[0] if kids else None
 
 
 def test_supervisor_power_signals(
@@ -729,11 +736,11 @@ def test_supervisor_power_signals(
     assert _boots(tmp_path) == 1
     first = _init_of(tmp_path)
     proc.send_signal(signal.SIGUSR1)  # reset: killed at once, booted again
-    eventually(lambda: _boots(tmp_path) == 2 and _init_of(tmp_path) != first)
+    eventually(lambda: _boots(tmp_path) == 2 and _current_init(tmp_path) not in (None, first))
     assert "(reset)" in (tmp_path / "supervisor.log").read_text()
     second = _init_of(tmp_path)
     proc.send_signal(signal.SIGHUP)  # clean restart: the container's systemd reboots (133)
-    eventually(lambda: _boots(tmp_path) == 3 and _init_of(tmp_path) != second)
+    eventually(lambda: _boots(tmp_path) == 3 and _current_init(tmp_path) not in (None, second))
     assert "exited with 133 (reboot)" in (tmp_path / "supervisor.log").read_text()
     proc.send_signal(signal.SIGUSR2)  # power off at once: the supervisor ends
     assert proc.wait(timeout=10) == 0
