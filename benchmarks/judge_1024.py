@@ -95,6 +95,9 @@ def body(rel: str) -> str:
 def make_bundle(nodes: int, directory: Path) -> str:
     doc = yaml.safe_load(starter("hgx-h100", nodes))
     doc["node_groups"][1]["nics"][0]["devices"] = "mlx5_[0-1,4-9]"  # as the real ibstat lists
+    # the real node's topo -m (Princeton's HGX H100) is not rail-aligned: six adapters, two
+    # behind GPU0's switch; its operators would not declare rails
+    doc["node_groups"][1]["nics"][0]["rails"] = False
     doc["software"]["driver"] = {"branch": "565", "version": "565.57.01"}  # as the -q capture
     # as the slurmd -C capture (p5.48xlarge: 2 x 48 x 2 CPUs, 2047961 MiB)
     doc["node_groups"][1]["cpu"] = {"sockets": 2, "cores_per_socket": 48, "threads_per_core": 2}

@@ -30,6 +30,9 @@ class GpuSpec:
     sources: tuple[str, ...]
     nvlink_gbs: float | None = None  # NVLink bandwidth per GPU, both directions (datasheet)
     nvlink_source: str | None = None
+    # the NVLink board without NVSwitch: (GPUs on it, topo -m token of every pair); None: none
+    nvlink_board: tuple[int, str] | None = None
+    nvlink_bridge: str | None = None  # the topo -m token of a bridged pair; None: no bridges
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,10 @@ def gpu_specs() -> dict[str, GpuSpec]:
             sources=tuple(v["sources"]),
             nvlink_gbs=None if v.get("nvlink_gbs") is None else float(v["nvlink_gbs"]),
             nvlink_source=None if v.get("nvlink_source") is None else str(v["nvlink_source"]),
+            nvlink_board=None
+            if v.get("nvlink_board") is None
+            else (int(v["nvlink_board"]["gpus"]), str(v["nvlink_board"]["per_pair"])),
+            nvlink_bridge=None if v.get("nvlink_bridge") is None else str(v["nvlink_bridge"]),
         )
         for key, v in raw.items()
     }

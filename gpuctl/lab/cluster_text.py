@@ -150,6 +150,11 @@ def _profile_group(
     if leaf_fabric and not suffix:
         fabric["topology"] = leaf_fabric["topology"]
     group["nics"] = [{"devices": ",".join(ports), "fabric": fabric["name"]}]
+    gpus = int(hw["gpus"]["count"])
+    if gpus % len(ports) == 0 or len(ports) % gpus == 0:
+        # every profile's adapters sit where the rails put them (GPU i: adapter i x adapters /
+        # GPUs): validation checks it in topo -m (the nic_slots_swapped fault breaks it)
+        group["nics"][0]["rails"] = True
     return fabric
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds
-from gpuctl.config.facts import effective_interconnect, fabric_rate
+from gpuctl.config.facts import effective_interconnect, fabric_rate, nvlink_pairs, rail_nics
 from gpuctl.config.model import (
     Cluster,
     Fabric,
@@ -54,6 +54,12 @@ class NodeExpectation:
     gpu_count: int = 0
     interconnect: str | None = None
     nvlink_token: str | None = None  # what topo -m shows between two GPUs (NV18, NV12)
+    # the GPU pairs NVLink joins, (a, b, links) with a < b: every pair of an NVSwitch board,
+    # gpus.nvlink_mesh, or the model's NVLink board or bridged pairs; and where that came from
+    nvlink_pairs: tuple[tuple[int, int, int], ...] = ()
+    nvlink_source: str = ""
+    # (GPU index, its rail adapter) for adapters marked nics[].rails
+    rails: tuple[tuple[int, str], ...] = ()
     pcie_gen: int | None = None
     driver_version: str | None = None
     fabric_manager: bool = False
@@ -139,6 +145,12 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
             for dev in _expand(nic.devices)
         )
         compute = Role.COMPUTE in group.roles
+        pairs = (nvlink_pairs(gpus) or ()) if gpus else ()
+        pairs_from = (
+            "cluster.yml (gpus.nvlink_mesh)"
+            if gpus and gpus.nvlink_mesh is not None
+            else "gpu model (data/gpu_models.yml)"
+        )
         huge = group.validation.hugepages
         cpu = group.cpu if compute else None
         mounts = {m.path: m for m in cluster.validation.mounts}
@@ -152,6 +164,9 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
                 gpu_count=gpus.count if gpus else 0,
                 interconnect=ic,
                 nvlink_token=spec.nvlink_per_pair if spec and ic == "nvswitch" else None,
+                nvlink_pairs=pairs,
+                nvlink_source=pairs_from if pairs else "",
+                rails=rail_nics(group),
                 pcie_gen=spec.pcie_gen if spec else None,
                 driver_version=cluster.software.driver.version if gpus else None,
                 nccl_version=cluster.software.nccl if gpus else None,

@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuctl.validation.parsers.topo import adapter_names
+
 # How each link token of topo -m ranks as a path from a GPU to a NIC: nearest first
 # (nvidia-smi topo -m legend: PIX one PCIe bridge, PXB several, PHB the host bridge, NODE
 # across host bridges of one NUMA node, SYS across the SMP interconnect; SOC: older SYS)
-_RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4, "SOC": 4}
-NEAR = frozenset({"PIX", "PXB"})  # behind the same PCIe switch as the GPU
+PATH_RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4, "SOC": 4}
 
 PEERMEM, DMABUF = "peermem", "dmabuf"
 KIND_PREFIX = "perftest.gdr.gpu"  # bundle file perftest.gdr.gpu<index>.txt, parsed as perftest
@@ -65,9 +66,8 @@ def nearest_nics(
     why that cannot be told. Ties (two adapters behind the GPU's switch, or none nearer than
     the NUMA node) are shared out in turn: the GPU's position among the GPUs with the same
     choice picks one, so that GPUs spread over adapters as NCCL spreads its rails."""
-    names: Mapping[str, str | None] = topo.get("nic_names") or {}
     links: Mapping[str, Mapping[str, str | None]] = topo.get("links") or {}
-    by_name = {name: nic for nic, name in names.items() if name}
+    by_name = adapter_names(topo)
     wanted = [h for h in hcas if h in by_name]
     if not wanted:
         listed = ", ".join(sorted(by_name)) or "no NIC Legend"
@@ -82,11 +82,11 @@ def nearest_nics(
         if row is None:
             return f"nvidia-smi topo -m shows no GPU{g}: its nearest adapter cannot be told"
         ranked = [(h, row.get(by_name[h])) for h in wanted]
-        known = [(h, t) for h, t in ranked if t in _RANK]
+        known = [(h, t) for h, t in ranked if t in PATH_RANK]
         if not known:
             return f"nvidia-smi topo -m shows no PCIe path from GPU{g} to {', '.join(wanted)}"
-        best = min(_RANK[t] for _, t in known if t is not None)
-        ties = tuple(h for h, t in known if t is not None and _RANK[t] == best)
+        best = min(PATH_RANK[t] for _, t in known if t is not None)
+        ties = tuple(h for h, t in known if t is not None and PATH_RANK[t] == best)
         turn = seen.get(ties, 0)
         seen[ties] = turn + 1
         hca = ties[turn % len(ties)]

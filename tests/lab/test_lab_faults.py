@@ -80,7 +80,23 @@ CASES = [
     # PCIe AER: an uncorrectable error on GPU2's link, read from the kernel log
     Case("pcie_aer", "2:nonfatal", "pcie.aer", "uncorrectable (non-fatal)", kernel=True),
     Case("ib_port_down", "mlx5_3", "ib.port.state", "state Down", also=frozenset({"ib.port.rate"})),
-    Case("ib_rate", "mlx5_2:200", "ib.port.rate", "200"),
+    # with it, in the same run: two adapters in each other's PCIe slots, so GPU1's and GPU6's
+    # rail adapters (nics[].rails) sit across the CPUs from them in topo -m
+    Case(
+        "ib_rate",
+        "mlx5_2:200",
+        "ib.port.rate",
+        "200",
+        also=frozenset({"topology.rail"}),
+        more=(
+            (
+                "nic_slots_swapped",
+                "mlx5_1,mlx5_6",
+                "topology.rail",
+                "GPU1's rail adapter mlx5_1 is SYS from it, mlx5_6 PIX",
+            ),
+        ),
+    ),
     # golden config: one node's firmware differs from the other two's
     Case(
         "firmware",

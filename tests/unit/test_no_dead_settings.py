@@ -304,6 +304,18 @@ def _pfc_priority(doc: dict[str, Any], loc: Loc) -> dict[str, Any]:
     return put(out, (*loc[:-1], "dscp"), 34)
 
 
+def _nvlink_mesh(doc: dict[str, Any], loc: Loc) -> dict[str, Any]:
+    """An 8-GPU NVSwitch group as 8 GPUs in a DGX-1-style hybrid cube mesh (two fully joined
+    quads, each GPU joined to its twin in the other)."""
+    group = doc["node_groups"][loc[1]]
+    if (group.get("gpus") or {}).get("count") != 8 or group["gpus"]["model"] == "b200":
+        return doc
+    pairs = [[a, b] for q in (0, 4) for a in range(q, q + 4) for b in range(a + 1, q + 4)]
+    pairs += [[g, g + 4] for g in range(4)]
+    out = put(doc, loc, [{"gpus": p, "links": 2} for p in pairs])
+    return put(out, (*loc[:-1], "interconnect"), "nvlink")
+
+
 def _trusted(doc: dict[str, Any], loc: Loc) -> dict[str, Any]:
     """An unsigned repository: trusted, and no key."""
     out = put(doc, loc, True)
@@ -322,6 +334,7 @@ CANDIDATES: dict[str, list[Any]] = {
     "package_sources.slurm.trusted": [_trusted],
     "fabrics[].qos.pfc_priority": [_pfc_priority],
     "node_groups[].gpus.cpu_affinity": [[1, 1, 1, 1, 0, 0, 0, 0]],
+    "node_groups[].gpus.nvlink_mesh": [_nvlink_mesh],
     "slurm.state_save_location": ["/shared/other/state"],
     "name": ["other-name"],
     "ssh.user": ["admin"],
@@ -711,6 +724,17 @@ def _lat_verdicts(cluster: Cluster, tmp: Path) -> Any:
     return _verdicts(cluster, {node: NodeBundle(node, outputs)})
 
 
+def _topo_verdicts(cluster: Cluster, tmp: Path) -> Any:
+    """The topology judge on the first 8-GPU node: a real 8x H100 topo -m (NV18 between every
+    pair; mlx5_0..5 in the NIC Legend, mlx5_0 PIX to GPU0 and GPU4's PIX is mlx5_3)."""
+    topo = "topo/nvsmi-topo-m-h100-8gpu-6nic-blank-cpuaffinity.txt"
+    group = next((g for g in cluster.node_groups if g.gpus and g.gpus.count == 8), None)
+    if group is None:
+        return None
+    node = group.node_names()[0]
+    return _verdicts(cluster, {node: NodeBundle(node, {"topo": _bundle(topo, "topo")})})
+
+
 def _nothing_collected(cluster: Cluster, tmp: Path) -> Any:
     """Every node reached, no output: each check UNKNOWN."""
     from gpuctl.config.derived import nodes
@@ -876,6 +900,9 @@ PROOFS: dict[str, Proof] = {
         _ib_verdicts,
     ),
     "node_groups[].bmc_addresses": _bmc_client,
+    # what the topology judge expects: the NVLink pairs, each GPU's rail adapter
+    "node_groups[].gpus.nvlink_mesh": _topo_verdicts,
+    "node_groups[].nics[].rails": _topo_verdicts,
     **{
         p + k: _gpu_verdicts
         for p in _TH
@@ -993,12 +1020,10 @@ def _refused(leaf: Leaf, values: tuple[Any, ...], says: str = "") -> str | None:
 # naming the field, with "not enforced yet".
 REFUSED: dict[str, Any] = {
     **{p + k: 1 for p in _TH for k in UNENFORCED_THRESHOLDS},
-    "node_groups[].nics[].rails": True,
 }
 # what the refusal says, where it is not "not enforced yet"
-REFUSED_SAYS = {"node_groups[].nics[].rails": "not supported yet"}
-# Dead and not decided yet: none (rails, rendered only into gpuctl_nics[].rail which nothing
-# reads, is refused: REFUSED above).
+REFUSED_SAYS: dict[str, str] = {}
+# Dead and not decided yet: none.
 _DEAD_AWAITING_DECISION: frozenset[str] = frozenset()
 
 

@@ -143,7 +143,7 @@ def doc(valid_doc: Doc) -> Doc:
         "interconnect": "nvswitch",
         "cpu_affinity": [0, 0, 0, 0, 1, 1, 1, 1],
     }
-    assert hgx["nics"] == [{"devices": "mlx5_[0-7]", "fabric": "ib"}]
+    assert hgx["nics"] == [{"devices": "mlx5_[0-7]", "fabric": "ib", "rails": True}]
     assert [f["name"] for f in valid_doc["fabrics"]] == ["ib"]
     assert valid_doc["software"]["driver"]["version"] == "570.133.20"
     assert valid_doc["software"]["cuda"] == "12.8"

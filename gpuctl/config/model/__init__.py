@@ -38,6 +38,7 @@ from gpuctl.config.model.nodes import (
     Interconnect,
     Nic,
     NodeGroup,
+    NvlinkPair,
     Role,
 )
 from gpuctl.config.model.rollout import Bmc, BmcCredentials, Rollout
@@ -104,6 +105,7 @@ __all__ = [
     "Multinode",
     "Nic",
     "NodeGroup",
+    "NvlinkPair",
     "PackageSources",
     "Partition",
     "Rdma",

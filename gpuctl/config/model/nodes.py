@@ -34,6 +34,19 @@ class Interconnect(StrEnum):
     NONE = "none"
 
 
+class NvlinkPair(StrictModel):
+    """Two GPUs joined by NVLink and how many links join them."""
+
+    gpus: tuple[Annotated[int, Field(ge=0, le=15)], Annotated[int, Field(ge=0, le=15)]] = Field(
+        description="The two GPUs, by index (`nvidia-smi` order), e.g. `[0, 3]`."
+    )
+    links: int = Field(
+        ge=1,
+        le=18,
+        description="NVLinks between them: `nvidia-smi topo -m` shows `NV<links>` for the pair.",
+    )
+
+
 class Gpus(StrictModel):
     """The GPUs in each node of the group."""
 
@@ -46,6 +59,13 @@ class Gpus(StrictModel):
         "`pcie-switch`, `pcie` (CPU root ports), `none` (one GPU). null = derived from the count: "
         "`none` for one GPU, `nvswitch` for a full NVSwitch baseboard, else `nvlink` where the "
         "model has it, else `pcie-switch`.",
+    )
+    nvlink_mesh: list[NvlinkPair] | None = Field(
+        None,
+        description="The GPU pairs NVLink joins, for `nvlink` and `nvlink-bridge` (e.g. the "
+        "DGX-1 hybrid cube mesh, 4-GPU bridges); validation fails a pair with fewer links. "
+        "null = the model's own: every pair of its 4-GPU NVLink board (A100 NV4, H100/H200 "
+        "NV6), or bridged pairs 0-1, 2-3, ... (H100 NVL NV12). Pairs not listed are not judged.",
     )
     cpu_affinity: list[Annotated[int, Field(ge=0, le=15)]] | None = Field(
         None,
@@ -80,8 +100,10 @@ class Nic(StrictModel):
     )
     rails: bool = Field(
         False,
-        description="Not supported yet: `true` is refused (nothing reads a rail numbering; "
-        "ib_write_bw pairs HCAs by index either way).",
+        description="The adapters are rails, one per GPU or per equal share of the GPUs in "
+        "order: GPU i uses `devices`' adapter i x adapters / GPUs (rail-optimised servers, "
+        "DGX/HGX). Validation then fails a GPU whose rail adapter is not its nearest in "
+        "`nvidia-smi topo -m` (a NIC in another slot, names shifted by a missing adapter).",
     )
 
 

@@ -16,7 +16,7 @@ from gpuctl.config.rules.nodes import (
     check_addresses,
     check_gpus,
     check_group_name_collisions,
-    check_no_rails,
+    check_rails,
     node_index,
 )
 from gpuctl.config.rules.settings import check_rollout, check_ssh, check_thresholds_enforced
@@ -41,6 +41,6 @@ def check_rules(cluster: Cluster) -> None:
     check_rollout(cluster, nodes, out)
     check_group_name_collisions(cluster, out)
     check_thresholds_enforced(cluster, out)
-    check_no_rails(cluster, out)
+    check_rails(cluster, out)
     if out:
         raise RuleViolations(out)

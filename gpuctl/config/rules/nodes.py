@@ -7,13 +7,14 @@ import re
 from typing import TYPE_CHECKING
 
 from gpuctl.config.catalog import gpu_spec
-from gpuctl.config.facts import effective_interconnect
+from gpuctl.config.facts import effective_interconnect, nvlink_pairs, rail_nics
 from gpuctl.config.findings import Loc
+from gpuctl.config.nodesets import expand
 from gpuctl.config.rules.common import SHOWN, dupes, fold
 from gpuctl.config.values import is_host
 
 if TYPE_CHECKING:
-    from gpuctl.config.model import Cluster
+    from gpuctl.config.model import Cluster, Gpus
 
 _NODE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
@@ -124,23 +125,73 @@ def check_gpus(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
             out.append((ic_loc, f"interconnect none means one GPU, but count is {gpus.count}"))
         if ic != "none" and gpus.count == 1:
             out.append((ic_loc, f"a single GPU has no {ic} interconnect; use none"))
-        if ic == "nvlink-bridge" and gpus.count % 2:
+        if ic == "nvlink-bridge" and gpus.count % 2 and gpus.nvlink_mesh is None:
             out.append((ic_loc, f"NVLink bridges join GPUs in pairs; count {gpus.count} is odd"))
+        _check_mesh(gpus, ic, base, out)
 
 
-def check_no_rails(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
-    """nics[].rails is refused: no role, file or check reads a rail numbering yet (ib_write_bw
-    pairs a node's HCAs with its peer's by index either way)."""
-    for i, group in enumerate(cluster.node_groups):
-        for j, nic in enumerate(group.nics):
-            if nic.rails:
-                out.append(
-                    (
-                        ("node_groups", i, "nics", j, "rails"),
-                        "not supported yet: nothing reads a rail numbering (the ib_write_bw "
-                        "pairs match HCAs by index either way); remove it",
-                    )
+def _check_mesh(gpus: Gpus, ic: str, base: Loc, out: list[tuple[Loc, str]]) -> None:
+    """``gpus.nvlink_mesh``: only where GPUs connect by NVLink without NVSwitch; pairs of two
+    GPUs the node has, each once. Without it, ``nvlink`` and ``nvlink-bridge`` need a board the
+    model has (its 4-GPU board, its bridged pairs)."""
+    loc: Loc = (*base, "nvlink_mesh")
+    if gpus.nvlink_mesh is None:
+        if nvlink_pairs(gpus) is None:
+            board = gpu_spec(gpus.model.value).nvlink_board
+            known = f" (its NVLink board has {board[0]} GPUs)" if board else ""
+            out.append(
+                (
+                    base,
+                    f"gpuctl knows no {ic} board of {gpus.count} {gpus.model.value} GPUs"
+                    f"{known}: list the NVLink pairs in nvlink_mesh",
                 )
+            )
+        return
+    if ic not in ("nvlink", "nvlink-bridge"):
+        out.append(
+            (
+                loc,
+                f"nvlink_mesh describes nvlink and nvlink-bridge GPUs, not {ic}"
+                + (" (NVSwitch joins every pair)" if ic == "nvswitch" else ""),
+            )
+        )
+        return
+    seen: set[tuple[int, int]] = set()
+    for k, pair in enumerate(gpus.nvlink_mesh):
+        a, b = pair.gpus
+        where: Loc = (*loc, k, "gpus")
+        if a == b:
+            out.append((where, f"GPU {a} paired with itself"))
+        elif max(a, b) >= gpus.count:
+            out.append((where, f"GPU {max(a, b)} is not one of the {gpus.count} GPUs (0-based)"))
+        elif (min(a, b), max(a, b)) in seen:
+            out.append((where, f"the pair {min(a, b)}-{max(a, b)} is listed twice"))
+        seen.add((min(a, b), max(a, b)))
+
+
+def check_rails(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
+    """nics[].rails: a group with GPUs, and adapters (of each fabric, all rails entries
+    together) that the GPUs share evenly: as many, a divisor or a multiple of the GPU count."""
+    for i, group in enumerate(cluster.node_groups):
+        flagged = [j for j, nic in enumerate(group.nics) if nic.rails]
+        if not flagged:
+            continue
+        loc: Loc = ("node_groups", i, "nics", flagged[0], "rails")
+        if group.gpus is None:
+            out.append((loc, "rails pair adapters with GPUs; this group has no GPUs"))
+        elif not rail_nics(group):
+            count: dict[str, int] = {}
+            for j in flagged:
+                nic = group.nics[j]
+                count[nic.fabric] = count.get(nic.fabric, 0) + len(expand(nic.devices))
+            shown = ", ".join(f"{n} on {f}" for f, n in count.items())
+            out.append(
+                (
+                    loc,
+                    f"{shown} rail adapters cannot be shared evenly by {group.gpus.count} GPUs "
+                    "(give as many adapters, a divisor or a multiple of the GPU count)",
+                )
+            )
 
 
 def check_group_name_collisions(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:

@@ -111,9 +111,14 @@ def hcas(profile: Profile, faults: Faults, node: str) -> list[Hca]:
         return []
     down: dict[str, str] = faults.get("ib_port_down") or {}
     rates: dict[str, int] = faults.get("ib_rate") or {}
+    swapped: list[str] = list(faults.get("nic_slots_swapped") or ())
+    slots = {str(p["name"]): p for p in nics["ports"]}
     result = []
     for i, port in enumerate(nics["ports"]):
         name = port["name"]
+        slot = port  # where the adapter sits: the other's slot under nic_slots_swapped
+        if name in swapped and all(n in slots for n in swapped):
+            slot = slots[swapped[1 - swapped.index(name)]]
         tail = digest(node, "guid", name) & 0xFFFFFF
         guid = f"{nics['guid_prefix']}{tail:06x}"
         ethernet = nics["link_layer"] == "Ethernet"
@@ -139,8 +144,8 @@ def hcas(profile: Profile, faults: Faults, node: str) -> list[Hca]:
                 node_guid=guid,
                 port_guid=port_guid,
                 lid=0 if ethernet else 100 + digest(node, "lid", name) % 1900,
-                numa=int(port["numa"]),
-                switch=int(port["pcie_switch"]),
+                numa=int(slot["numa"]),
+                switch=int(slot["pcie_switch"]),
             )
         )
     return result

@@ -211,6 +211,13 @@ def _port_down(text: str) -> dict[str, str]:
     return result
 
 
+def _nic_slots(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",")]
+    if len(names) != 2 or names[0] == names[1] or not all(_HCA.fullmatch(n) for n in names):
+        raise FaultError(f"nic_slots_swapped: expected HCA,HCA such as mlx5_2,mlx5_5, got {text!r}")
+    return names
+
+
 _RATES = (10, 14, 25, 40, 50, 56, 100, 200, 400, 800)
 
 
@@ -355,6 +362,13 @@ SPECS: dict[str, FaultSpec] = {
         ),
         FaultSpec("ib_rate", "HCA:RATE", "an HCA port at a lower rate", _ib_rate, True),
         FaultSpec(
+            "nic_slots_swapped",
+            "HCA,HCA",
+            "two adapters in each other's PCIe slots: each name sits where the other's rail is "
+            "(topo -m)",
+            _nic_slots,
+        ),
+        FaultSpec(
             "ib_link_flaps", "HCA[:COUNT]", "an HCA port that goes down under load", _flaps, True
         ),
         FaultSpec(
@@ -477,6 +491,7 @@ def _hcas_named(name: str, value: Any) -> list[str] | None:
         "ib_ber",
         "ib_latency",
         "nic_pcie_degraded",
+        "nic_slots_swapped",
     ):
         return list(value)
     if name == "firmware":

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.gpudirect import PATH_RANK
 from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
-from gpuctl.validation.parsers.topo import p2p_matrix_of, topology_of
+from gpuctl.validation.parsers.topo import (
+    Topology,
+    adapter_names,
+    p2p_matrix_of,
+    topology_of,
+)
 from gpuctl.validation.results import CheckResult, Verdict
 
 _NV = re.compile(r"NV(\d+)$")
@@ -51,43 +59,10 @@ def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                 expected=exp.gpu_count,
             )
         )
-    if exp.nvlink_token is not None:
-        wanted = _NV.match(exp.nvlink_token)
-        want = int(wanted.group(1)) if wanted else None
-        bad = []
-        for a in gpus:
-            for b in gpus:
-                if a == b:
-                    continue
-                token = topo.link(a, b)
-                m = _NV.match(token or "")
-                if token is None or m is None or (want is not None and int(m.group(1)) < want):
-                    bad.append((a, b, token))
-        for a, b, token in bad:
-            if a < b:
-                out.append(
-                    finding(
-                        exp,
-                        "topology.nvlink",
-                        Verdict.FAIL,
-                        f"{a}-{b} is {token or 'missing'}, expected {exp.nvlink_token}",
-                        subject=f"{a}-{b}",
-                        measured=token,
-                        expected=exp.nvlink_token,
-                        source="gpu model (data/gpu_models.yml)",
-                    )
-                )
-        if not bad:
-            out.append(
-                finding(
-                    exp,
-                    "topology.nvlink",
-                    Verdict.OK,
-                    f"every GPU pair is {exp.nvlink_token} or better",
-                    measured=exp.nvlink_token,
-                    expected=exp.nvlink_token,
-                )
-            )
+    if exp.nvlink_pairs:
+        out += _nvlink_pairs(exp, topo, gpus)
+    if exp.rails:
+        out += _rails(exp, result.data, gpus)
     if exp.nics and topo.nics:
         # GPUDirect RDMA wants each GPU to have a NIC behind the same PCIe switch (PIX/PXB)
         for g in gpus:
@@ -105,6 +80,124 @@ def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                     expected="PIX or PXB",
                 )
             )
+    return out
+
+
+def _nvlink_pairs(exp: NodeExpectation, topo: Topology, gpus: list[str]) -> list[CheckResult]:
+    """``topology.nvlink``: every pair NVLink should join (an NVSwitch board's every pair,
+    ``gpus.nvlink_mesh``, the model's 4-GPU board or bridged pairs) shows ``NV<n>`` with at
+    least the expected links, both ways. A pair of a GPU topo -m does not list is left to
+    ``topology.gpus``, which fails the node already."""
+    bad: list[CheckResult] = []
+    judged = 0
+    for a, b, links in exp.nvlink_pairs:
+        ga, gb = f"GPU{a}", f"GPU{b}"
+        if ga not in gpus or gb not in gpus:
+            continue
+        judged += 1
+        tokens = [topo.link(ga, gb), topo.link(gb, ga)]
+        counts = [int(m.group(1)) if (m := _NV.match(t or "")) else 0 for t in tokens]
+        if min(counts) >= links:
+            continue
+        shown = tokens[0] if counts[0] <= counts[1] else tokens[1]
+        bad.append(
+            finding(
+                exp,
+                "topology.nvlink",
+                Verdict.FAIL,
+                f"{ga}-{gb} is {shown or 'missing'}, expected NV{links}",
+                subject=f"{ga}-{gb}",
+                measured=shown,
+                expected=f"NV{links}",
+                source=exp.nvlink_source,
+            )
+        )
+    if bad or not judged:
+        return bad
+    wanted = {links for _, _, links in exp.nvlink_pairs}
+    n = len(gpus)
+    if len(exp.nvlink_pairs) == n * (n - 1) // 2 and len(wanted) == 1:
+        what = f"every GPU pair is NV{min(wanted)} or better"
+    else:
+        what = f"all {judged} NVLink pairs have their links ({exp.nvlink_source})"
+    expected = f"NV{min(wanted)}" if len(wanted) == 1 else "the mesh"
+    return [
+        finding(
+            exp,
+            "topology.nvlink",
+            Verdict.OK,
+            what,
+            measured=expected,
+            expected=expected,
+        )
+    ]
+
+
+def _rails(exp: NodeExpectation, data: Mapping[str, Any], gpus: list[str]) -> list[CheckResult]:
+    """``topology.rail``: each GPU's rail adapter (``nics[].rails``) is the nearest adapter to
+    it in topo -m (none nearer by PCIe: PIX, PXB, PHB, NODE, SYS). A rail adapter elsewhere
+    means a NIC in another slot, or names shifted (an adapter missing at boot renumbers those
+    after it): NCCL's rails then cross the CPU interconnect. Nearest, not PIX: a VM's topology
+    (Azure ND) shows NODE for every adapter."""
+    by_name = adapter_names(data)
+    links: Mapping[str, Mapping[str, str | None]] = data.get("links") or {}
+    if not by_name:
+        return [
+            finding(
+                exp,
+                "topology.rail",
+                Verdict.UNKNOWN,
+                "nvidia-smi topo -m names no adapter (no NIC Legend, blank names): the rails "
+                "cannot be checked",
+            )
+        ]
+    out: list[CheckResult] = []
+    for g, hca in exp.rails:
+        gpu = f"GPU{g}"
+        if gpu not in gpus:
+            continue
+        row = links.get(gpu) or {}
+        ranked = {name: row.get(col) for name, col in by_name.items() if row.get(col) in PATH_RANK}
+        if hca not in ranked:
+            out.append(
+                finding(
+                    exp,
+                    "topology.rail",
+                    Verdict.UNKNOWN,
+                    f"nvidia-smi topo -m shows no PCIe path from {gpu} to its rail adapter {hca}",
+                    subject=gpu,
+                    expected=hca,
+                )
+            )
+            continue
+        best = min(PATH_RANK[str(t)] for t in ranked.values())
+        if PATH_RANK[str(ranked[hca])] == best:
+            continue
+        nearest = sorted(n for n, t in ranked.items() if PATH_RANK[str(t)] == best)
+        out.append(
+            finding(
+                exp,
+                "topology.rail",
+                Verdict.FAIL,
+                f"{gpu}'s rail adapter {hca} is {ranked[hca]} from it, {', '.join(nearest)} "
+                f"{ranked[nearest[0]]}: the adapters are not where the rails put them (a NIC "
+                "in another slot, or names shifted by a missing adapter)",
+                subject=gpu,
+                measured=f"{hca} {ranked[hca]}",
+                expected=f"{hca} nearest",
+                source="cluster.yml (nics[].rails)",
+            )
+        )
+    if not out:
+        pairs = ", ".join(f"GPU{g} {hca}" for g, hca in exp.rails if f"GPU{g}" in gpus)
+        out.append(
+            finding(
+                exp,
+                "topology.rail",
+                Verdict.OK,
+                f"each GPU's rail adapter is its nearest ({pairs})",
+            )
+        )
     return out
 
 

@@ -464,6 +464,20 @@ class Topology:
         return (self.links.get(a) or {}).get(b)
 
 
+def adapter_names(data: Mapping[str, Any]) -> dict[str, str]:
+    """Adapter name -> its column (``mlx5_0`` -> ``NIC0``): from the NIC Legend (drivers since
+    about 470), else from the column headers of older drivers, which print the device name
+    there. Blank or missing names are left out."""
+    names: Mapping[str, str | None] = data.get("nic_names") or {}
+    headers = list(data.get("nic_headers") or ())
+    out: dict[str, str] = {}
+    for i, nic in enumerate(data.get("nics") or ()):
+        name = names.get(nic) or (headers[i] if i < len(headers) else None)
+        if name and name != nic:
+            out.setdefault(str(name), str(nic))
+    return out
+
+
 def topology_of(data: Mapping[str, Any]) -> Topology:
     """The record of :func:`parse_topo`'s data."""
     return Topology(
