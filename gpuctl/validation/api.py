@@ -31,7 +31,7 @@ from gpuctl.errors import UsageError
 from gpuctl.remote import Connector, Target, Unreachable, connect
 from gpuctl.remote.ssh import ParamikoConnector, ssh_settings
 from gpuctl.slurm import NotUnderstood, SlurmNode, read_nodes, show_argv
-from gpuctl.validation import multinode, multinode_collect
+from gpuctl.validation import multinode, multinode_bundle, multinode_collect, rails
 from gpuctl.validation import pairs as pairing
 from gpuctl.validation.bundle import (
     BundleFileError,
@@ -125,7 +125,7 @@ def _judge(
     mn = multinode_plan(cluster).options
     exps = expectations(leveled)
     try:
-        mn_results, mn_summary = multinode.judge_bundle_dir(bundle, exps, mn)
+        mn_results, mn_summary = multinode_bundle.judge_bundle_dir(bundle, exps, mn)
     except Exception as exc:  # never lose the nodes' own verdicts to it
         mn_results = [not_judged(n, exc, multinode.CHECK) for n in nodes if exps[n].gpu_count]
         mn_summary = {}
@@ -135,8 +135,10 @@ def _judge(
     reached = [n.node for n in report.nodes if n.node in keep and not _lost(n)]
     for group, members in multinode_collect.participants(exps, reached, level).items():
         for node in members:
-            if node not in more:  # a run was due and the bundle does not hold it
-                more[node] = [
+            mine = more.setdefault(node, [])
+            if not any(r.check == multinode.CHECK for r in mine):
+                # a run was due and the bundle does not hold it
+                mine.append(
                     CheckResult(
                         check=multinode.CHECK,
                         node=node,
@@ -144,7 +146,20 @@ def _judge(
                         message=f"not measured: the bundle holds no multi-node run of group "
                         f"{group} with {node} (level long)",
                     )
-                ]
+                )
+            judged = {r.subject for r in mine if r.check == rails.RAIL_CHECK}
+            for hca in rails.rail_gpus(exps[node]):
+                if hca not in judged:
+                    mine.append(
+                        CheckResult(
+                            check=rails.RAIL_CHECK,
+                            node=node,
+                            verdict=Verdict.UNKNOWN,
+                            message=f"rail {hca}: not measured: the bundle holds no run of "
+                            f"that rail of group {group} (level long)",
+                            subject=hca,
+                        )
+                    )
     if mn_summary:
         extra["nccl_multinode"] = mn_summary
     return ValidationReport(

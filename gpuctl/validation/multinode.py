@@ -48,12 +48,9 @@ functions, and judging a bundle again replays it over the recorded runs.
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
@@ -61,20 +58,10 @@ from ClusterShell.NodeSet import NodeSet
 from gpuctl.config.catalog import Ceiling, fastest_rate, multinode_busbw_ceiling
 from gpuctl.resources import load_data
 from gpuctl.slurm import SlurmNode
-from gpuctl.validation.bundle import (
-    META_FILE,
-    MULTINODE_DIR,
-    OUTPUT_LIMIT,
-    BundleFileError,
-    read_bundle_file,
-    read_bundle_json,
-    short,
-)
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.parsing import parse
 from gpuctl.validation.plausible import nccl_table_lie
 from gpuctl.validation.results import CheckResult, Verdict
-from gpuctl.validation.suite import not_judged
 
 CHECK = "nccl.multinode"
 THRESHOLD_KEY = "nccl_multinode_busbw_gbs"
@@ -201,8 +188,8 @@ def outcome(
     lie = nccl_table_lie(rows, ceiling, text)
     if lie is not None:
         return RunOutcome(key, failure=lie)
-    largest = max(rows, key=lambda r: _number(r.get("size")) or 0.0)
-    busbw = _number((largest.get("out_of_place") or {}).get("busbw"))
+    largest = max(rows, key=lambda r: number(r.get("size")) or 0.0)
+    busbw = number((largest.get("out_of_place") or {}).get("busbw"))
     if busbw is None:
         return RunOutcome(key, failure="the largest size has no bandwidth")
     size = largest.get("size")
@@ -218,7 +205,7 @@ _REFUSED = re.compile(
 )
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
@@ -434,7 +421,7 @@ def _best(runs: Iterable[RunOutcome]) -> RunOutcome | None:
     return every[0] if every else None
 
 
-def _bw(run: RunOutcome | None) -> str:
+def bw_text(run: RunOutcome | None) -> str:
     if run is None:
         return "no run"
     if run.busbw is not None and run.failure is None:
@@ -477,8 +464,8 @@ def findings(loc: Location, source: str | None = None) -> dict[str, CheckResult]
         result(
             node,
             Verdict.FAIL,
-            f"{node}: multi-node all_reduce runs with {node} reach {_bw(with_it)}, "
-            f"runs without it {_bw(without)}; threshold {t:g} GB/s",
+            f"{node}: multi-node all_reduce runs with {node} reach {bw_text(with_it)}, "
+            f"runs without it {bw_text(without)}; threshold {t:g} GB/s",
             with_it.busbw if with_it is not None else None,
         )
     for a, b in loc.links:
@@ -487,7 +474,7 @@ def findings(loc: Location, source: str | None = None) -> dict[str, CheckResult]
             result(
                 node,
                 Verdict.FAIL,
-                f"{node}: the 2-node all_reduce of {a} and {b} reaches {_bw(pair)} < {t:g} "
+                f"{node}: the 2-node all_reduce of {a} and {b} reaches {bw_text(pair)} < {t:g} "
                 f"while {a} passes with other nodes: a slow link or path between "
                 f"{node} and {other}",
                 pair.busbw if pair is not None else None,
@@ -497,8 +484,8 @@ def findings(loc: Location, source: str | None = None) -> dict[str, CheckResult]
         result(
             node,
             Verdict.OK,
-            f"cleared: {_bw(best)} >= {t:g} in a run of {len(best.nodes) if best else 0} "
-            f"nodes (the run of all {len(loc.nodes)} nodes: {_bw(first)})",
+            f"cleared: {bw_text(best)} >= {t:g} in a run of {len(best.nodes) if best else 0} "
+            f"nodes (the run of all {len(loc.nodes)} nodes: {bw_text(first)})",
             best.busbw if best is not None else None,
         )
     for node in loc.unresolved:
@@ -513,7 +500,7 @@ def findings(loc: Location, source: str | None = None) -> dict[str, CheckResult]
         result(
             node,
             Verdict.UNKNOWN,
-            f"the run of {len(loc.nodes)} nodes reaches {_bw(first)} < {t:g}; {why}",
+            f"the run of {len(loc.nodes)} nodes reaches {bw_text(first)} < {t:g}; {why}",
             None,
         )
     return out
@@ -527,7 +514,7 @@ def threshold_for(exp: NodeExpectation) -> tuple[float | None, str]:
     """The group's multi-node busbw floor and where it comes from: cluster.yml's
     ``nccl_multinode_busbw_gbs``, else a share of the node's NIC line rate added up
     (gpuctl/data/multinode.yml, derived)."""
-    configured = _number(exp.thresholds.get(THRESHOLD_KEY))
+    configured = number(exp.thresholds.get(THRESHOLD_KEY))
     if configured is not None:
         return configured, exp.sources.get(THRESHOLD_KEY) or "cluster.yml"
     rates = [n.rate_gbps for n in exp.nics if n.rate_gbps]
@@ -564,225 +551,7 @@ def slurm_exclusion(record: Mapping[str, Any] | None) -> tuple[Verdict, str] | N
     return None
 
 
-# ------------------------------------------------------------------------------------------
-# The bundle: <bundle>/_multinode/<group>/meta.json and run-NN.txt
-
-
-def group_dir(bundle: Path, group: str) -> Path:
-    return bundle / MULTINODE_DIR / group
-
-
-def run_file(index: int) -> str:
-    return f"run-{index:02d}.txt"
-
-
-def _text(value: Any, default: str) -> str:
-    return value[:500] if isinstance(value, str) and value else default
-
-
 def busbw_ceiling_of(exp: NodeExpectation) -> Ceiling | None:
     """The most one node's NICs carry in a multi-node nccl-tests run (GB/s busbw)."""
     rates = [n.rate_gbps or fastest_rate(n.kind) for n in exp.nics]
     return multinode_busbw_ceiling(rates, exp.gpu_model)
-
-
-def read_runs(
-    folder: Path, meta: Mapping[str, Any], ceiling: Ceiling | None = None
-) -> dict[frozenset[str], RunOutcome]:
-    """The recorded runs of one group, read again from their outputs (``folder`` is
-    ``<bundle>/_multinode/<group>``): each file only inside that folder and never through a
-    link; a run whose output cannot be read is a failed run saying why."""
-    bundle = folder.parent.parent
-    runs: dict[frozenset[str], RunOutcome] = {}
-    recorded = meta.get("runs")
-    for item in recorded if isinstance(recorded, list) else []:
-        if not isinstance(item, dict):
-            continue
-        listed = item.get("nodes")
-        if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
-            continue
-        nodes = tuple(listed)
-        name = item.get("file")
-        error = item.get("error")
-        error = _text(error, "the recorded error is not a string") if error else None
-        text: str | None = None
-        if not isinstance(name, str) or not name:
-            error = error or "no output recorded"
-        else:
-            try:
-                rel = f"{MULTINODE_DIR}/{folder.name}/{name}"
-                data = read_bundle_file(bundle, rel, OUTPUT_LIMIT)
-            except BundleFileError as exc:
-                data, error = None, str(exc)
-            text = data.decode("utf-8", errors="replace") if data is not None else None
-        rc = item.get("rc")
-        runs[frozenset(nodes)] = outcome(
-            nodes,
-            text,
-            rc=rc if isinstance(rc, int) and not isinstance(rc, bool) else None,
-            timed_out=item.get("timed_out") is True,
-            error=error or (None if text is not None else "no output recorded"),
-            stderr=_text(item.get("stderr"), ""),
-            ceiling=ceiling,
-        )
-    return runs
-
-
-def replay(recorded: Mapping[frozenset[str], RunOutcome]) -> RunFn:
-    """A run function answering from a bundle: a run it does not hold is not measured."""
-
-    def run(nodes: tuple[str, ...]) -> RunOutcome:
-        found = recorded.get(frozenset(nodes))
-        if found is not None:
-            return RunOutcome(nodes, found.busbw, found.size, found.failure, found.refused)
-        return RunOutcome(nodes, failure="not measured: this run is not in the bundle")
-
-    return run
-
-
-def judge_bundle_dir(
-    bundle: Path, exps: Mapping[str, NodeExpectation], options: SrunOptions = SrunOptions()
-) -> tuple[list[CheckResult], dict[str, Any]]:
-    """Every node's ``nccl.multinode`` result from a bundle's recorded runs (the locator is
-    replayed over them with today's thresholds), and a summary per group for the report.
-
-    Read like every file of a bundle (never through a link, bounded): a group whose folder or
-    meta.json cannot be read or is not the shape gpuctl writes is UNKNOWN for the GPU nodes of
-    that node group; one whose judging raises fails them, the other groups are judged."""
-    results: list[CheckResult] = []
-    summary: dict[str, Any] = {}
-    root = bundle / MULTINODE_DIR
-    try:
-        mode = os.lstat(root).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return results, summary
-    if not stat.S_ISDIR(mode):
-        return results, summary  # a link or a file: no run is read (due runs are UNKNOWN)
-    for name in sorted(e.name for e in os.scandir(root) if not e.name.startswith(".")):
-        members = [n for n, e in exps.items() if e.group == name and e.gpu_count]
-        rel = f"{MULTINODE_DIR}/{name}/{META_FILE}"
-        problem: str | None = None
-        meta: Any = None
-        try:
-            meta = read_bundle_json(bundle, rel)
-        except FileNotFoundError:
-            problem = f"{rel} is missing"
-        except BundleFileError as exc:
-            problem = str(exc)
-        if problem is None:
-            problem = _meta_problem(meta, rel)
-        if problem is not None:
-            results += [_unknown(n, f"not judged: {problem}") for n in members]
-            continue
-        try:
-            got, info = judge_group(root / name, meta, exps, options)
-        except Exception as exc:  # one group's bad record never stops the others
-            listed = [n for n in meta.get("nodes") or [] if isinstance(n, str) and n in exps]
-            results += [not_judged(n, exc, CHECK) for n in listed or members]
-            continue
-        results += got
-        summary[name] = info
-    return results, summary
-
-
-def _unknown(node: str, message: str) -> CheckResult:
-    return CheckResult(check=CHECK, node=node, verdict=Verdict.UNKNOWN, message=message)
-
-
-def _meta_problem(meta: Any, rel: str) -> str | None:
-    """Why a group's meta.json is not the shape the collector writes, or None."""
-    if not isinstance(meta, dict):
-        return f"{rel}: not a JSON object"
-    nodes = meta.get("nodes", [])
-    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
-        return f"{rel}: nodes is not a list of node names"
-    excluded = meta.get("excluded", {})
-    if excluded is not None and not isinstance(excluded, dict):
-        return f"{rel}: excluded is not an object"
-    runs = meta.get("runs", [])
-    if runs is not None and not isinstance(runs, list):
-        return f"{rel}: runs is not a list"
-    return None
-
-
-_EXCLUDED_VERDICTS = (Verdict.WARN, Verdict.UNKNOWN)  # what collect_group writes
-
-
-def judge_group(
-    folder: Path,
-    meta: Mapping[str, Any],
-    exps: Mapping[str, NodeExpectation],
-    options: SrunOptions = SrunOptions(),
-) -> tuple[list[CheckResult], dict[str, Any]]:
-    """One group's results from its meta.json (and run outputs)."""
-    nodes = [str(n) for n in meta.get("nodes") or [] if str(n) in exps]
-    excluded: dict[str, Any] = dict(meta.get("excluded") or {})
-    results: list[CheckResult] = []
-    for node, why in excluded.items():
-        if node not in exps or node in nodes:
-            continue
-        verdict, message = Verdict.UNKNOWN, "not measured: its exclusion record is not readable"
-        if isinstance(why, dict):
-            said = why.get("verdict")
-            listed = {v.value: v for v in _EXCLUDED_VERDICTS}
-            if isinstance(said, str) and said in listed:
-                verdict = listed[said]
-                message = _text(why.get("message"), "not measured")
-            else:  # an exclusion never passes a node
-                message = f"not measured: the exclusion record says {short(said, 80)}"
-        results.append(CheckResult(check=CHECK, node=node, verdict=verdict, message=message))
-    info: dict[str, Any] = {"nodes": nodes, "excluded": sorted(excluded)}
-    if not nodes:
-        return results, info
-    if meta.get("error"):
-        error = _text(meta["error"], "the recorded error is not a string")
-        for node in nodes:
-            results.append(
-                CheckResult(
-                    check=CHECK,
-                    node=node,
-                    verdict=Verdict.UNKNOWN,
-                    message=f"not measured: {error}",
-                )
-            )
-        info["error"] = error
-        return results, info
-    threshold, source = threshold_for(exps[nodes[0]])
-    recorded = read_runs(folder, meta, busbw_ceiling_of(exps[nodes[0]]))
-    if threshold is None:
-        first = recorded.get(frozenset(nodes))
-        for node in nodes:
-            results.append(
-                CheckResult(
-                    check=CHECK,
-                    node=node,
-                    verdict=Verdict.UNKNOWN,
-                    message=f"{_bw(first)} over {len(nodes)} nodes, but no threshold: set "
-                    f"validation.thresholds.{THRESHOLD_KEY}",
-                    measured=first.busbw if first is not None else None,
-                    unit="GB/s",
-                )
-            )
-        return results, info
-    max_runs = _int(meta.get("max_runs")) or options.max_runs
-    loc = locate(nodes, replay(recorded), threshold, max_runs)
-    found = findings(loc, source)
-    results += [found[n] for n in nodes if n in found]
-    info.update(
-        {
-            "threshold": threshold,
-            "source": source,
-            "passed": loc.passed,
-            "runs": [
-                {"nodes": list(r.nodes), "busbw": r.busbw, "failure": r.failure} for r in loc.runs
-            ],
-            "slow": list(loc.slow),
-            "links": [list(p) for p in loc.links],
-            "unresolved": list(loc.unresolved),
-        }
-    )
-    return results, info
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

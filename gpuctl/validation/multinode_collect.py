@@ -9,25 +9,28 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuctl.config.catalog import Ceiling
 from gpuctl.fileio import write_atomic
 from gpuctl.remote import ExecResult
 from gpuctl.slurm import NotUnderstood, read_nodes
 from gpuctl.validation.bundle import META_FILE, json_bytes, probe_meta
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.multinode import (
+    IMMEDIATE_S,
+    RUN_TIME_LIMIT_MIN,
     RUN_TIMEOUT_S,
     Location,
     RunOutcome,
     SrunOptions,
     busbw_ceiling_of,
-    group_dir,
     locate,
     outcome,
-    run_file,
     slurm_exclusion,
     srun_argv,
     threshold_for,
 )
+from gpuctl.validation.multinode_bundle import group_dir, run_file
+from gpuctl.validation.rails import folder_name, rail_argv, rail_gpus, rail_limits
 from gpuctl.validation.results import Verdict
 
 _UNFINISHED = "not finished (the collection was stopped)"
@@ -100,15 +103,94 @@ def collect_group(
         meta["nodes"] = []
         write_atomic(folder / META_FILE, json_bytes(meta))
         return None
-    threshold, source = threshold_for(exps[usable[0]])
+    exp = exps[usable[0]]
+    threshold, source = threshold_for(exp)
+
+    def whole(members: tuple[str, ...]) -> tuple[str, ...]:
+        return srun_argv(members, exp.gpu_count, options)
+
+    loc, first = _measure(folder, meta, usable, whole, execute, threshold, source, options,
+                          on_run, busbw_ceiling_of(exp))  # fmt: skip
+    # then each rail alone (nics[].rails), in <bundle>/_multinode/<group>@<adapter>/
+    for hca, gpus in rail_gpus(exp).items():
+        rail_threshold, rail_source, rail_ceiling = rail_limits(exp, hca)
+
+        def one_rail(
+            members: tuple[str, ...], hca: str = hca, gpus: tuple[int, ...] = gpus
+        ) -> tuple[str, ...]:
+            return rail_argv(
+                members,
+                hca,
+                gpus,
+                exp.gpu_count,
+                mpi=options.mpi,
+                time_min=RUN_TIME_LIMIT_MIN,
+                immediate_s=IMMEDIATE_S,
+                partition=options.partition,
+                reservation=options.reservation,
+            )
+
+        # a node the group's run found slow would fail every rail: the rails run without it
+        slow = set(loc.slow) if loc is not None else set()
+        members = [n for n in usable if n not in slow]
+        left_out: dict[str, dict[str, str]] = dict(excluded)  # drained, down: as in the group's
+        left_out |= {
+            n: {
+                "verdict": Verdict.UNKNOWN.value,
+                "message": "not measured on its own rail: slow in the group's run (nccl.multinode)",
+            }
+            for n in sorted(slow)
+        }
+        rail_meta: dict[str, Any] = {
+            "nodes": members if len(members) >= 2 else [],
+            "excluded": left_out,
+            "runs": [],
+            "rail": hca,
+            "gpus": list(gpus),
+        }
+        if options.max_runs:
+            rail_meta["max_runs"] = options.max_runs
+        rail_folder = group_dir(bundle, folder_name(group, hca))
+        if first is not None and first.refused:  # srun would refuse each rail's run too
+            rail_meta["error"] = f"srun refused the group's run: {first.failure}"
+            write_atomic(rail_folder / META_FILE, json_bytes(rail_meta))
+            continue
+        if len(members) < 2:
+            for node in members:
+                left_out[node] = {
+                    "verdict": Verdict.UNKNOWN.value,
+                    "message": "not measured on its own rail: no other node of the group "
+                    "passed the group's run",
+                }
+            write_atomic(rail_folder / META_FILE, json_bytes(rail_meta))
+            continue
+        _measure(rail_folder, rail_meta, members, one_rail, execute, rail_threshold,
+                 rail_source, options, on_run, rail_ceiling)  # fmt: skip
+    return loc
+
+
+def _measure(
+    folder: Path,
+    meta: dict[str, Any],
+    usable: list[str],
+    argv_of: Callable[[tuple[str, ...]], tuple[str, ...]],
+    execute: Execute,
+    threshold: float | None,
+    source: str,
+    options: SrunOptions,
+    on_run: Callable[[RunOutcome], None] | None,
+    ceiling: Ceiling | None,
+) -> tuple[Location | None, RunOutcome | None]:
+    """The runs of one folder: the first over every usable node, then the locator's (none
+    without a threshold), each recorded as it ends. Returns the locator's result and the
+    first run."""
+    outcomes: list[RunOutcome] = []
     # until the runs are done meta.json says they are not: a stopped collection is UNKNOWN
     meta.update({"threshold": threshold, "threshold_source": source, "error": _UNFINISHED})
     write_atomic(folder / META_FILE, json_bytes(meta))
-    gpus = exps[usable[0]].gpu_count
-    ceiling = busbw_ceiling_of(exps[usable[0]])
 
     def run(members: tuple[str, ...]) -> RunOutcome:
-        argv = srun_argv(members, gpus, options)
+        argv = argv_of(members)
         res = execute(argv, RUN_TIMEOUT_S)
         name = run_file(len(meta["runs"]) + 1)
         if res.stdout or res.error is None:
@@ -127,6 +209,7 @@ def collect_group(
         )
         if on_run is not None:
             on_run(got)
+        outcomes.append(got)
         return got
 
     if threshold is None:  # measure once; judged UNKNOWN without a threshold
@@ -136,4 +219,4 @@ def collect_group(
         loc = locate(usable, run, threshold, options.max_runs)
     del meta["error"]
     write_atomic(folder / META_FILE, json_bytes(meta))
-    return loc
+    return loc, outcomes[0] if outcomes else None

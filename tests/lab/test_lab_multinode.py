@@ -7,7 +7,9 @@ on gpu001 (`validation.multinode.launch_node`): the slurm_node role installs the
 Slurm's mpi/pmix plugin loads, the slurm_controller role does not (yet), so srun on ctl01 says
 "can not load PMIx library". A healthy lab passes the multi-node check in one run; `nccl_slow`
 on gpu003 (its NCCL bandwidth halved) fails exactly gpu003 with the locator's finding, and
-`--drain-failed` drains exactly gpu003. Every test leaves the lab healthy and undrained.
+`--drain-failed` drains exactly gpu003. Then each rail runs alone (the lab's adapters are
+rails, gpuctl/validation/rails.py): `ib_rate` on one port of gpu002 passes the group's run and
+fails that rail's run on gpu002 alone. Every test leaves the lab healthy and undrained.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gpuctl.lab import lab
 from gpuctl.validation.api import ValidateResult, drain_failed, judge_bundle, validate
 from gpuctl.validation.bundle import MULTINODE_DIR
 from gpuctl.validation.multinode import CHECK
+from gpuctl.validation.rails import RAIL_CHECK
 from gpuctl.validation.results import Verdict
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -80,8 +83,44 @@ def test_healthy_lab_passes_the_multinode_check_in_one_run(cluster: Path, tmp_pa
     text = runs[0].read_text(encoding="utf-8")
     assert text.startswith("0: # nccl-tests version"), text[:200]  # srun --label
     assert "on     gpu003 device  7" in text  # rank 0 lists every node's ranks
+    # then each rail alone (the lab's adapters are rails): 8 runs, NCCL held to one adapter
+    rails = _rail_checks(res)
+    assert len(rails) == 3 * 8, rails
+    assert {v for v, _ in rails.values()} == {Verdict.OK}, rails
+    rail = res.bundle / MULTINODE_DIR / "gpu@mlx5_3"
+    assert [p.name for p in sorted(rail.glob("run-*.txt"))] == ["run-01.txt"]
+    assert "all_reduce_perf" in (rail / "run-01.txt").read_text(encoding="utf-8")
     again = judge_bundle(load_cluster(cluster), res.bundle)
     assert _checks(again, CHECK) == found
+    assert _rail_checks(again) == rails
+
+
+def _rail_checks(result: ValidateResult) -> dict[tuple[str, str], tuple[Verdict, str]]:
+    return {
+        (n.node, c.subject or ""): (c.verdict, c.message)
+        for n in result.report.nodes
+        for c in n.checks
+        if c.check == RAIL_CHECK
+    }
+
+
+def test_a_slow_rail_passes_the_groups_run_and_fails_its_own_on_its_node(
+    cluster: Path, tmp_path: Path
+) -> None:
+    # one port of gpu002 at half rate: the group's run (eight adapters a node) loses 1/16 and
+    # passes; mlx5_2's own run is at half its floor and the locator finds gpu002
+    lab.inject_fault("gpu002", "ib_rate", "mlx5_2:200")
+    try:
+        res = validate(load_cluster(cluster), level="long", out=tmp_path / "rail")
+    finally:
+        lab.clear_faults("gpu002")
+    assert {v for v, _ in _checks(res, CHECK).values()} == {Verdict.OK}, _checks(res, CHECK)
+    rails = _rail_checks(res)
+    bad = {k: v for k, v in rails.items() if v[0] is not Verdict.OK}
+    assert list(bad) == [("gpu002", "mlx5_2")], bad
+    assert bad["gpu002", "mlx5_2"][0] is Verdict.FAIL, bad
+    assert "runs with gpu002 reach" in bad["gpu002", "mlx5_2"][1], bad
+    assert res.failed_nodes == ["gpu002"], _problems(res)
 
 
 def test_slow_node_is_located_and_drained_alone(cluster: Path, tmp_path: Path) -> None:

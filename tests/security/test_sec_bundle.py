@@ -32,7 +32,7 @@ from gpuctl.lab.sim import kernel as sim_kernel
 from gpuctl.lab.sim import profiles as sim_profiles
 from gpuctl.lab.sim import standin
 from gpuctl.remote import ExecResult, Target
-from gpuctl.validation import bundle, judges, scope, suite
+from gpuctl.validation import bundle, judges, multinode_bundle, scope, suite
 from gpuctl.validation import multinode as mn
 from gpuctl.validation.api import judge_bundle, validate
 from gpuctl.validation.expect import expectations
@@ -267,7 +267,7 @@ def test_a_multinode_run_file_outside_its_folder_is_not_read(
         cluster_yml, healthy, [{"nodes": nodes, "file": "../../../run.txt", "rc": 0}]
     )
     exps = expectations(load_cluster(cluster_yml))
-    results, _ = mn.judge_bundle_dir(healthy, exps)
+    results, _ = multinode_bundle.judge_bundle_dir(healthy, exps)
     assert {(r.node, r.verdict) for r in results} == {(n, Verdict.UNKNOWN) for n in nodes}
     assert all(r.measured is None for r in results)
     # the same through a link inside the folder
@@ -275,7 +275,7 @@ def test_a_multinode_run_file_outside_its_folder_is_not_read(
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     meta["runs"][0]["file"] = "run-01.txt"
     (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-    results, _ = mn.judge_bundle_dir(healthy, exps)
+    results, _ = multinode_bundle.judge_bundle_dir(healthy, exps)
     assert {(r.node, r.verdict) for r in results} == {(n, Verdict.UNKNOWN) for n in nodes}
     assert "symlink" in results[0].message
 
@@ -286,7 +286,7 @@ def test_a_linked_multinode_meta_is_unknown_for_its_group(
     folder = _multinode_bundle(cluster_yml, healthy, [])
     shutil.move(str(folder / "meta.json"), tmp_path / "mn.json")
     (folder / "meta.json").symlink_to(tmp_path / "mn.json")
-    results, _ = mn.judge_bundle_dir(healthy, expectations(load_cluster(cluster_yml)))
+    results, _ = multinode_bundle.judge_bundle_dir(healthy, expectations(load_cluster(cluster_yml)))
     assert {(r.node, r.verdict) for r in results} == {
         ("gpu001", Verdict.UNKNOWN),
         ("gpu002", Verdict.UNKNOWN),
@@ -542,7 +542,7 @@ def test_an_excluded_entry_cannot_pass_a_node(cluster_yml: Path, healthy: Path) 
     ok = {"verdict": "ok", "message": "fine"}
     meta = {"nodes": [], "excluded": {"gpu001": ok, "gpu002": ok}}
     (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-    results, _ = mn.judge_bundle_dir(healthy, expectations(load_cluster(cluster_yml)))
+    results, _ = multinode_bundle.judge_bundle_dir(healthy, expectations(load_cluster(cluster_yml)))
     assert {(r.node, r.verdict) for r in results} == {
         ("gpu001", Verdict.UNKNOWN),
         ("gpu002", Verdict.UNKNOWN),
@@ -593,7 +593,7 @@ def test_a_multinode_group_that_raises_leaves_the_nodes_judged(
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise KeyError("threshold")
 
-    monkeypatch.setattr(mn, "judge_group", boom)
+    monkeypatch.setattr(multinode_bundle, "judge_group", boom)
     res = _validate(cluster_yml, healthy)
     assert res.exit_code == 1, res.output
     for node in ("gpu001", "gpu002"):

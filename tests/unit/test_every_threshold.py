@@ -35,7 +35,7 @@ from gpuctl.errors import ConfigError
 from gpuctl.lab.sim import faults as sim_faults
 from gpuctl.lab.sim import perf as sim_perf
 from gpuctl.lab.sim import profiles as sim_profiles
-from gpuctl.validation import multinode
+from gpuctl.validation import multinode_bundle
 from gpuctl.validation.bundle import META_FILE, MULTINODE_DIR, NodeBundle
 from gpuctl.validation.capture import capture_output
 from gpuctl.validation.expect import ExpectedNic, expectations
@@ -216,7 +216,7 @@ def _multinode(cluster: Cluster, tmp: Path) -> Results:
     nodes = [NODE, "gpu002"]
     meta = {"nodes": nodes, "runs": [{"file": "run-01.txt", "nodes": nodes, "rc": 0}]}
     (folder / META_FILE).write_text(json.dumps(meta), encoding="utf-8")
-    results, _ = multinode.judge_bundle_dir(tmp, expectations(cluster))
+    results, _ = multinode_bundle.judge_bundle_dir(tmp, expectations(cluster))
     out: Results = {}
     for r in results:
         out.setdefault(r.node, []).append(r)

@@ -22,7 +22,7 @@ from gpuctl.config import load_cluster
 from gpuctl.lab.sim import perf as sim_perf
 from gpuctl.lab.sim import ranks as sim_ranks
 from gpuctl.validation import multinode as mn
-from gpuctl.validation import multinode_collect
+from gpuctl.validation import multinode_bundle, multinode_collect
 from gpuctl.validation.api import judge_bundle, validate
 from gpuctl.validation.bundle import META_FILE, MULTINODE_DIR
 from gpuctl.validation.expect import expectations
@@ -381,8 +381,11 @@ class SlurmSim:
             nodes = sim_ranks.expand(opts["nodelist"])
             per_node = int(opts["ntasks-per-node"])
             gpus = int(argv[argv.index("-g") + 1])
+            # a rail's run: env NCCL_IB_HCA==<adapter> ... before the tool (lab.sim.ranks)
+            words = argv[argv.index("env") + 1 :] if "env" in argv else []
+            hca = dict(w.split("=", 1) for w in words if "=" in w).get("NCCL_IB_HCA")
             states = [
-                sim_ranks.node_state(PROFILE, self.faults.get(n, {}), n, per_node * gpus)
+                sim_ranks.node_state(PROFILE, self.faults.get(n, {}), n, per_node * gpus, hca)
                 for n in nodes
             ]
             args = sim_perf.NcclArgs(8, 8 << 30, 2, gpus)
@@ -412,7 +415,8 @@ def test_long_healthy_runs_one_multinode_run_from_the_controller(cluster_yml: Pa
     sim = SlurmSim()
     res, conn = run_long(cluster_yml, sim)
     assert not res.failed, {n.node: [c.message for c in n.problems()] for n in res.report.nodes}
-    assert len(sim.sruns) == 1
+    # the group's run, then one per rail (the lab's cluster.yml: mlx5_0-7 are rails)
+    assert len(sim.sruns) == 1 + 8
     assert {n for n, c in conn.log if " srun " in f" {c} "} == {"ctl01"}
     found = nccl_multinode(res.report)
     assert set(found) == {"gpu001", "gpu002", "gpu003"}
@@ -438,7 +442,18 @@ def test_long_locates_the_slow_node_and_rejudging_the_bundle_agrees(cluster_yml:
         "gpu002: multi-node all_reduce runs with gpu002 reach 188.53 GB/s, runs without it 377"
     )
     assert found["gpu001"][0] is found["gpu003"][0] is Verdict.OK
-    assert 2 <= len(sim.sruns) <= mn.default_budget(3)
+    group_runs = [a for a in sim.sruns if "--job-name=gpuctl-nccl-multinode" in a]
+    assert 2 <= len(group_runs) <= mn.default_budget(3)
+    # each rail then runs once without the slow node (it would fail every rail)
+    rail_runs = [a for a in sim.sruns if "--job-name=gpuctl-nccl-rail" in a]
+    assert len(rail_runs) == 8
+    assert all("--nodelist=gpu[001,003]" in a for a in rail_runs)
+    rails = {
+        (n.node, c.subject): c.verdict for n in res.report.nodes for c in n.checks
+        if c.check == "nccl.multinode.rail"
+    }  # fmt: skip
+    assert {v for (node, _), v in rails.items() if node == "gpu002"} == {Verdict.UNKNOWN}
+    assert {v for (node, _), v in rails.items() if node != "gpu002"} == {Verdict.OK}
     # offline: the same verdicts from the bundle alone
     again = judge_bundle(load_cluster(cluster_yml), res.bundle)
     assert nccl_multinode(again.report) == found
@@ -470,7 +485,7 @@ def test_drained_nodes_are_left_out_with_a_warning(cluster_yml: Path) -> None:
         "not in the multi-node run: drained in Slurm (gpuctl: nccl.busbw 190)",
     )
     assert "--nodelist=gpu[001-002]" in sim.sruns[0]
-    assert not res.failed
+    assert not res.failed, {n.node: [c.message for c in n.problems()] for n in res.report.nodes}
 
 
 def test_an_unusable_srun_makes_every_node_unknown_not_ok(cluster_yml: Path) -> None:
@@ -631,7 +646,7 @@ def test_a_stopped_collection_is_judged_unknown(cluster_yml: Path, tmp_path: Pat
     slurm = {n: {"state": "IDLE", "state_flags": []} for n in nodes}
     with pytest.raises(KeyboardInterrupt):
         multinode_collect.collect_group(tmp_path, "gpu", nodes, exps, execute, slurm=slurm)
-    results, _ = mn.judge_bundle_dir(tmp_path, exps)
+    results, _ = multinode_bundle.judge_bundle_dir(tmp_path, exps)
     assert {(r.node, r.verdict) for r in results} == {(n, Verdict.UNKNOWN) for n in nodes}
     assert "not finished" in results[0].message
 

@@ -105,31 +105,42 @@ def job(env: Mapping[str, str]) -> Job | None:
     )
 
 
-def capacity(profile: Profile, faults: Faults, node: str) -> float:
-    """GB/s of busbw this node allows in a multi-node all_reduce, with its faults."""
+def capacity(profile: Profile, faults: Faults, node: str, hca: str | None = None) -> float:
+    """GB/s of busbw this node allows in a multi-node all_reduce, with its faults; with
+    ``hca`` (``NCCL_IB_HCA``: ``=mlx5_3`` or ``mlx5_3``, one adapter) through that adapter
+    alone: its share of the node's bandwidth, or sockets' when no adapter of that name is up
+    (NCCL falls back to its socket transport)."""
     expected = profile["expected"].get("nccl_multinode_busbw_gbs")
     ports = hcas(profile, faults, node)
     if expected is None:
         line = sum(h.max_rate for h in ports) / 8.0
         expected = NIC_SHARE * line if line else SOCKET_GBS
+    total = sum(h.max_rate for h in ports)
+    if hca is not None:
+        named = [h for h in ports if h.name == hca.removeprefix("=")]
+        if not total or not named:
+            return SOCKET_GBS * nccl_factor(profile, faults)
+        expected = float(expected) * sum(h.max_rate for h in named) / total
+        ports, total = named, sum(h.max_rate for h in named)
     share = 1.0
     if ports:
-        total = sum(h.max_rate for h in ports)
         up = sum(h.rate for h in ports if h.active)
         share = up / total if up else SOCKET_GBS / float(expected)
     return float(expected) * nccl_factor(profile, faults) * share
 
 
-def node_state(profile: Profile, faults: Faults, node: str, needed: int) -> dict[str, Any]:
+def node_state(
+    profile: Profile, faults: Faults, node: str, needed: int, hca: str | None = None
+) -> dict[str, Any]:
     """What this node tells rank 0 (``error`` set when its ranks, which use ``needed`` GPUs
-    of it, cannot run)."""
+    of it, cannot run); ``hca``: NCCL_IB_HCA, the one adapter the run may use."""
     gpus = visible_gpus(profile, faults, node)
     pid = 10_000 + digest(node, "pid") % 50_000
     state: dict[str, Any] = {
         "node": node,
         "pid": pid,
         "gpus": [{"busid": g.bus_id[4:].removesuffix(".0").lower(), "name": g.name} for g in gpus],
-        "capacity": capacity(profile, faults, node),
+        "capacity": capacity(profile, faults, node, hca),
         "wrong": int(faults.get("nccl_wrong") or 0),
         "error": None,
     }

@@ -522,7 +522,8 @@ def _all_reduce_ranks(
 ) -> int:
     """One srun task of a run across nodes: rank 0 gathers every node's report and prints the
     output; the first task of each other node reports its node; the rest print nothing."""
-    own = ranks.node_state(profile, faults, node, task.per_node * args.gpus)
+    hca = os.environ.get("NCCL_IB_HCA") or None  # a rail's run: one adapter
+    own = ranks.node_state(profile, faults, node, task.per_node * args.gpus, hca)
     if task.rank == 0:
         states = ranks.gather(task, own)
         try:
