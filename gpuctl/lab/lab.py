@@ -402,7 +402,18 @@ def _write_hardware(name: str, profile: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(sim_profiles.profile_json(profile), encoding="utf-8")
     # RoCE ports: a simulated sysfs for the QoS script, and the lab-only files that point it there
-    sim_sysroot.write(_node_dir(name) / "root", sim_profiles.load(profile))
+    hardware = sim_profiles.load(profile)
+    sim_sysroot.write(_node_dir(name) / "root", hardware)
+    if sim_sysroot.roce_ports(hardware):
+        # their hw counters (`rdma statistic`): a lab-only launcher before iproute2's
+        # /usr/bin/rdma in PATH, which finds no RDMA device in a container
+        rdma = _node_dir(name) / "root" / RDMA_STANDIN.lstrip("/")
+        rdma.parent.mkdir(parents=True, exist_ok=True)
+        rdma.write_text(repo.standin_launcher("rdma"), encoding="utf-8")
+        rdma.chmod(0o755)
+
+
+RDMA_STANDIN = "/usr/local/bin/rdma"
 
 
 FIRMWARE_COMPONENTS = ("nic-firmware", bmc.GPU_COMPONENT, bmc.BMC_COMPONENT)

@@ -174,6 +174,12 @@ def _package_spec(p: dict[str, Any], versions: dict[str, str], *, default: bool)
 # Building the .deb files and the index
 
 
+def standin_launcher(tool: str) -> str:
+    """The launcher of stand-in ``tool`` for a file the lab writes itself, outside a package
+    (``rdma``: iproute2's is real and stays installed)."""
+    return _wrapper(tool)
+
+
 def _wrapper(tool: str, suffix: str = "") -> str:
     """The launcher of a stand-in tool: the simulator's handler of the program's own name, plus
     ``suffix`` (``+cuda``: perftest built with CUDA)."""

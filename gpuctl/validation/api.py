@@ -135,31 +135,27 @@ def _judge(
     reached = [n.node for n in report.nodes if n.node in keep and not _lost(n)]
     for group, members in multinode_collect.participants(exps, reached, level).items():
         for node in members:
+            # runs that were due and that the bundle does not hold: the group's, each rail's
             mine = more.setdefault(node, [])
-            if not any(r.check == multinode.CHECK for r in mine):
-                # a run was due and the bundle does not hold it
-                mine.append(
-                    CheckResult(
-                        check=multinode.CHECK,
-                        node=node,
-                        verdict=Verdict.UNKNOWN,
-                        message=f"not measured: the bundle holds no multi-node run of group "
-                        f"{group} with {node} (level long)",
-                    )
+            due: list[tuple[str, str | None, str]] = [
+                (multinode.CHECK, None, f"multi-node run of group {group} with {node}")
+            ]
+            due += [
+                (rails.RAIL_CHECK, hca, f"run of rail {hca} of group {group}")
+                for hca in rails.rail_gpus(exps[node])
+            ]
+            held = {(r.check, r.subject) for r in mine}
+            mine += [
+                CheckResult(
+                    check=check,
+                    node=node,
+                    verdict=Verdict.UNKNOWN,
+                    message=f"not measured: the bundle holds no {what} (level long)",
+                    subject=subject,
                 )
-            judged = {r.subject for r in mine if r.check == rails.RAIL_CHECK}
-            for hca in rails.rail_gpus(exps[node]):
-                if hca not in judged:
-                    mine.append(
-                        CheckResult(
-                            check=rails.RAIL_CHECK,
-                            node=node,
-                            verdict=Verdict.UNKNOWN,
-                            message=f"rail {hca}: not measured: the bundle holds no run of "
-                            f"that rail of group {group} (level long)",
-                            subject=hca,
-                        )
-                    )
+                for check, subject, what in due
+                if (check, subject) not in held
+            ]
     if mn_summary:
         extra["nccl_multinode"] = mn_summary
     return ValidationReport(

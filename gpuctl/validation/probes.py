@@ -242,6 +242,45 @@ def ib_nics(e: NodeExpectation) -> bool:
     return any(n.kind == "infiniband" for n in e.nics)
 
 
+def _read_twice(
+    kind: str,
+    argv: tuple[str, ...],
+    needs: Callable[[NodeExpectation], bool],
+    what: str,
+    nic_kinds: tuple[str, ...],
+) -> tuple[Probe, Probe]:
+    """An adapter's port counters read per adapter with the light probes (``<kind>.start``)
+    and again after ib_write_bw between nodes (``<kind>.end``): growth under load is judged."""
+    return (
+        Probe(
+            f"{kind}.start",
+            argv,
+            10,
+            _levels(STANDARD, LONG),
+            needs,
+            per_hca=True,
+            nic_kinds=nic_kinds,
+            description=f"{what}, before the tests",
+        ),
+        Probe(
+            f"{kind}.end",
+            argv,
+            10,
+            _levels(STANDARD, LONG),
+            needs,
+            per_hca=True,
+            nic_kinds=nic_kinds,
+            after=AFTER_PAIRS,
+            description=f"{what} again, after ib_write_bw between nodes",
+        ),
+    )
+
+
+def roce_nics(e: NodeExpectation) -> bool:
+    """RoCE adapters (``rdma statistic`` reads their ports' hw counters)."""
+    return any(n.kind == "roce" for n in e.nics)
+
+
 PROBES: tuple[Probe, ...] = (
     Probe(
         "smi-xml",
@@ -402,24 +441,21 @@ PROBES: tuple[Probe, ...] = (
     ),
     # InfiniBand port error counters, per HCA, read twice around every test of the level,
     # ib_write_bw between nodes included (port 1: each ConnectX port is its own device)
-    Probe(
-        "perfquery.start",
+    *_read_twice(
+        "perfquery",
         ("perfquery", "-x", "-C", "{hca}", "-P", "1"),
-        10,
-        _levels(STANDARD, LONG),
         ib_nics,
-        per_hca=True,
-        description="InfiniBand port error counters (perfquery -x), before the tests",
+        "InfiniBand port error counters (perfquery -x)",
+        ("infiniband",),
     ),
-    Probe(
-        "perfquery.end",
-        ("perfquery", "-x", "-C", "{hca}", "-P", "1"),
-        10,
-        _levels(STANDARD, LONG),
-        ib_nics,
-        per_hca=True,
-        after=AFTER_PAIRS,
-        description="InfiniBand port error counters again, after ib_write_bw between nodes",
+    # RoCE ports' error counters (the kernel's hw_counters: out_of_sequence, local_ack_timeout_err,
+    # ...), per adapter, read twice like the InfiniBand ones (port 1: each port its own device)
+    *_read_twice(
+        "rdma-stat",
+        ("rdma", "statistic", "show", "link", "{hca}/1"),
+        roce_nics,
+        "RoCE port error counters (rdma statistic)",
+        ("roce",),
     ),
     # each adapter port's physical layer after every test: bit error rates after FEC, mlxlink's
     # own diagnosis, the transceiver's readings against its own alarm thresholds (one read: a

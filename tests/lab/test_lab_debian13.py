@@ -222,6 +222,8 @@ def test_the_mixed_cluster_validates_at_standard_with_zero_failed_checks(
         assert {"gpu.count", "gpu.driver", "dcgm.diag", "xid"} <= checks, (node, checks)
         if node in PEERS_OF_TWO:  # single_gpu: one GPU, no fabric NIC: no NCCL ring, no pair
             assert {"nccl.busbw", "ib.write_bw", "ib.port.state"} <= checks, (node, checks)
+        if node in GROUPS["l40s_pcie"]:  # RoCE: the ports' hw counters, read twice
+            assert "roce.port.errors" in checks, (node, checks)
     # RoCE: ib_write_bw ran on the lab cluster.yml's fabrics[].gid_index (-x 3): the stand-in
     # prints the index -x gives it and 0 without, as perftest documents
     for node in GROUPS["l40s_pcie"]:
@@ -266,11 +268,14 @@ def test_one_slow_node_in_each_group_fails_exactly_those_two(
     slow = ("gpu001", "gpu003")  # a100_hdr, l40s_pcie
     for node in slow:
         lab.inject_fault(node, "nccl_slow", "0.5")
+    # in the same run: a RoCE port of gpu003 whose local ACK timeouts grow with every
+    # ib_write_bw over it (rdma statistic, read before and after the tests)
+    lab.inject_fault("gpu003", "roce_errors", "mlx5_1:local_ack_timeout_err:25")
     try:
         code, report, err = _validate(trixie.cluster, tmp_path / "bundle")
     finally:
         for node in slow:
-            lab.clear_faults(node, "nccl_slow")
+            lab.clear_faults(node)
     assert code == 1, err[-2000:]
     assert sorted(n["node"] for n in report["nodes"] if n["failed"]) == list(slow)
     bad = _bad(report)
@@ -287,6 +292,16 @@ def test_one_slow_node_in_each_group_fails_exactly_those_two(
         assert "nccl.busbw" in nccl, (node, nccl)
         assert len(nccl) > 1, (node, nccl)
         assert sorted(check for check, _ in bad[node]) == nccl, (node, bad[node])
+    # the RoCE port's growing local ACK timeouts: a degradation (WARN, data/counters.yml), on
+    # gpu003's mlx5_1 alone
+    warned = {
+        (n["node"], c.get("subject")): c["message"]
+        for n in report["nodes"]
+        for c in n["checks"]
+        if c["check"] == "roce.port.errors" and c["verdict"] == "warn"
+    }
+    assert list(warned) == [("gpu003", "mlx5_1")], warned
+    assert "port 1 local_ack_timeout_err +" in warned["gpu003", "mlx5_1"], warned
     assert {n: b for n, b in bad.items() if n not in slow} == {
         n: [] for n in NODES if n not in slow
     }

@@ -211,6 +211,23 @@ def _port_down(text: str) -> dict[str, str]:
     return result
 
 
+_ROCE_COUNTERS = re.compile(r"[a-z][a-z0-9_]{1,40}")
+
+
+def _roce_errors(text: str) -> dict[str, dict[str, int]]:
+    """``HCA[:COUNTER[:COUNT]]``: COUNTER (default out_of_sequence) grows by COUNT (default 100)
+    with every ib_write_bw run over HCA."""
+    result: dict[str, dict[str, int]] = {}
+    for part in text.split(","):
+        name, _, rest = part.strip().partition(":")
+        counter, _, count = rest.partition(":")
+        counter = counter or "out_of_sequence"
+        if not _HCA.fullmatch(name) or not _ROCE_COUNTERS.fullmatch(counter):
+            raise FaultError(f"roce_errors: expected HCA[:COUNTER[:COUNT]], got {part!r}")
+        result[name] = {counter: _int(count, "roce_errors count", 1) if count else 100}
+    return result
+
+
 def _nic_slots(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",")]
     if len(names) != 2 or names[0] == names[1] or not all(_HCA.fullmatch(n) for n in names):
@@ -375,6 +392,14 @@ SPECS: dict[str, FaultSpec] = {
             "ib_ber", "HCA[:BER]", "an HCA port with bit errors after FEC (mlxlink)", _ber, True
         ),
         FaultSpec(
+            "roce_errors",
+            "HCA[:COUNTER[:COUNT]]",
+            "a RoCE port's error counter (rdma statistic; default out_of_sequence) that grows by "
+            "COUNT (100) with every ib_write_bw over it",
+            _roce_errors,
+            True,
+        ),
+        FaultSpec(
             "ib_latency",
             "HCA[:US]",
             "RDMA writes through an HCA US microseconds slower (ib_write_lat; default 5)",
@@ -492,6 +517,7 @@ def _hcas_named(name: str, value: Any) -> list[str] | None:
         "ib_latency",
         "nic_pcie_degraded",
         "nic_slots_swapped",
+        "roce_errors",
     ):
         return list(value)
     if name == "firmware":

@@ -208,16 +208,54 @@ def perfquery(profile: Profile, faults: Faults, node: str, device: str, port: st
 
 def port_traffic(faults: Faults, node: str, device: str) -> None:
     """One ib_write_bw run over ``device``: under `ib_link_flaps` on it, COUNT link-downs,
-    COUNT link error recoveries and ten symbol errors per flap; without it nothing is written
-    (the data counters stay 0: nothing judges them)."""
+    COUNT link error recoveries and ten symbol errors per flap; under `roce_errors` COUNT more
+    of its counter; without either nothing is written (the data counters stay 0: nothing
+    judges them)."""
     flaps = (faults.get("ib_link_flaps") or {}).get(device)
-    if not flaps:
+    roce = (faults.get("roce_errors") or {}).get(device)
+    if not flaps and not roce:
         return
     directory = state_dir()
     counts = read_state_file(directory, IB_COUNTERS_FILE)
     mine = counts.setdefault(node, {}).setdefault(device, {})
-    grow = {"LinkDownedCounter": flaps, "LinkErrorRecoveryCounter": flaps}
-    grow["SymbolErrorCounter"] = 10 * flaps
+    grow: dict[str, int] = {}
+    if flaps:
+        grow = {"LinkDownedCounter": flaps, "LinkErrorRecoveryCounter": flaps}
+        grow["SymbolErrorCounter"] = 10 * flaps
+    if roce:  # a RoCE port's hw counter (roce_errors: {counter: count})
+        grow |= {str(k): int(v) for k, v in roce.items()}
     for name, value in grow.items():
         mine[name] = int(mine.get(name, 0)) + int(value)
     write_state_file(directory, IB_COUNTERS_FILE, counts)
+
+
+# ------------------------------------------------------------------------------------------
+# rdma statistic show link <dev>/<port>: a RoCE port's hw counters (iproute2), in the layout and
+# with the counter set of a real mlx5 RoCE port (tests/fixtures/ib/counters/rdma-statistic-*):
+# the kernel's names, traffic, error and congestion counters on one line. Counts live in the
+# same state file as perfquery's: under the `roce_errors` fault every ib_write_bw run over that
+# adapter adds to the named counter.
+
+HW_COUNTERS = (
+    "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "out_of_buffer",
+    "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err",
+    "implied_nak_seq_err", "local_ack_timeout_err", "rx_dct_connect", "resp_local_length_error",
+    "resp_cqe_error", "req_cqe_error", "req_remote_invalid_request", "req_remote_access_errors",
+    "resp_remote_access_errors", "resp_cqe_flush_error", "req_cqe_flush_error",
+    "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart", "roce_slow_restart_cnps",
+    "roce_slow_restart_trans", "rp_cnp_ignored", "rp_cnp_handled",
+    "np_ecn_marked_roce_packets", "np_cnp_sent", "rx_icrc_encapsulated",
+)  # fmt: skip
+
+
+def rdma_statistic(profile: Profile, faults: Faults, node: str, device: str, port: str) -> str:
+    """The output of ``rdma statistic show link device/port`` (raises IbError as the tool
+    fails): the RoCE ports' hw counters; InfiniBand ports are read with perfquery here."""
+    hca = next((h for h in hcas(profile, faults, node) if h.name == device), None)
+    if hca is None or port != "1":
+        raise IbError("Wrong device name\n", 255)
+    if hca.link_layer != "Ethernet":
+        raise IbError("rdma: the gpuctl lab simulates the counters of RoCE ports only\n", 255)
+    counts = (read_state_file(state_dir(), IB_COUNTERS_FILE).get(node) or {}).get(device) or {}
+    pairs = " ".join(f"{name} {int(counts.get(name, 0))}" for name in HW_COUNTERS)
+    return f"link {device}/{port} {pairs} \n"  # a blank at the end, as iproute2 prints

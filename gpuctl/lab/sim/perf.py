@@ -448,8 +448,7 @@ def ib_write_bw(
     side's state from the exchange (``peak_gbps``, ``lid``), which limits the bandwidth."""
     hca = _pick(profile, faults, node, args)
     cuda = cuda_setup(profile, faults, node, args) if args.cuda is not None else ""
-    if hca.link_layer != "Ethernet":
-        port_traffic(faults, node, hca.name)  # the run counts in the port's counters
+    port_traffic(faults, node, hca.name)  # the run counts in the port's counters
     limit = float(peer["peak_gbps"]) if peer is not None else None
     remote_lid = int(peer["lid"]) if peer is not None else hca.lid + 1
     ethernet = hca.link_layer == "Ethernet"

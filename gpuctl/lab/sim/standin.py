@@ -69,6 +69,7 @@ TOOLS = (
     "mlnx_qos",
     "nvbandwidth",
     "lspci",
+    "rdma",
 )
 
 
@@ -312,6 +313,18 @@ def _perfquery(profile: Profile, faults: Faults, node: str, args: list[str], io:
         )
         return 255
     return _ib_out(io, lambda: ib.perfquery(profile, faults, node, device, port))
+
+
+def _rdma(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
+    """``rdma statistic show link <dev>/<port>`` (``stat`` too): what validation runs on RoCE
+    ports; the lab installs it as /usr/local/bin/rdma, before iproute2's /usr/bin/rdma (which
+    finds no RDMA device in a container). Anything else is refused."""
+    words = list(args)
+    if len(words) == 4 and words[0] in ("statistic", "stat") and words[1:3] == ["show", "link"]:
+        device, _, port = words[3].partition("/")
+        return _ib_out(io, lambda: ib.rdma_statistic(profile, faults, node, device, port or "1"))
+    io.err("rdma: only 'rdma statistic show link <dev>/<port>' is simulated in the gpuctl lab\n")
+    return 255
 
 
 def _ibstat(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out) -> int:
@@ -738,4 +751,5 @@ _HANDLERS: dict[str, _Handler] = {
     "mlnx_qos": _mlnx_qos,
     "nvbandwidth": _nvbandwidth,
     "lspci": _lspci,
+    "rdma": _rdma,
 }

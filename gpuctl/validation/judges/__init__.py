@@ -55,6 +55,7 @@ NODE_JUDGES: tuple[Judge, ...] = (
     latency.judge_ib_write_lat_pairs,
     gpudirect.judge_gpudirect,
     counters.judge_ib_port_errors,
+    counters.judge_roce_port_errors,
     phy.judge_link_phy,
     consistency.judge_config_probes,
     node.judge_node_resources,

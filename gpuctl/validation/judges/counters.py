@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpuctl.config.catalog import CounterRules, counter_rules
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
 from gpuctl.validation.parsers.ib_counters import port_counters_of
+from gpuctl.validation.parsers.rdma_stat import link_counters_of
 from gpuctl.validation.probes import collects
 from gpuctl.validation.results import CheckResult, Verdict
 
@@ -139,36 +140,106 @@ def judge_ib_port_errors(exp: NodeExpectation, outputs: Outputs) -> list[CheckRe
     """Growth of each InfiniBand HCA's port error counters between the two reads: LinkDowned
     (above ``ib_link_flaps_max``), ExcessiveBufferOverrun and LocalLinkIntegrity FAIL, the
     other error counters WARN."""
-    rules = counter_rules("infiniband")
     # link-downs during the run: more than ib_link_flaps_max fail, fewer warn (default 0)
     flaps = int(exp.thresholds.get("ib_link_flaps_max") or 0)
+    return _port_errors(
+        exp,
+        outputs,
+        PortReads(PORT_ERRORS, "perfquery", "infiniband", "InfiniBand", _perfquery_counts),
+        counter_rules("infiniband"),
+        {FLAPS: (flaps, "ib_link_flaps_max")},
+    )
+
+
+PortCounts = dict[tuple[int | None, str], int | None]  # (port, counter) -> count
+
+
+@dataclass(frozen=True, slots=True)
+class PortReads:
+    """One family of adapter port counters read twice: its check, the kind of its reads
+    (``<kind>.start.<hca>``, ``<kind>.end.<hca>``), the adapters it reads, and how one read's
+    data gives (port, counter) -> count of one adapter."""
+
+    check: str
+    kind: str
+    nic_kind: str
+    what: str
+    counts: Callable[[Mapping[str, Any], str], PortCounts]
+
+
+def _perfquery_counts(data: Mapping[str, Any], hca: str) -> PortCounts:
+    return {(b.port, k): v for b in port_counters_of(data) for k, v in b.counts.items()}
+
+
+def _port_errors(
+    exp: NodeExpectation,
+    outputs: Outputs,
+    reads: PortReads,
+    rules: CounterRules,
+    allowed: Mapping[str, tuple[int, str]] | None = None,
+) -> list[CheckResult]:
+    """Each adapter's counters of one family: growth between its two reads, by ``rules``;
+    an adapter whose read shows none of its counters is UNKNOWN, as is a node with none."""
+    check = reads.check
     out: list[CheckResult] = []
     compared = 0
     for nic in exp.nics:
-        if nic.kind != "infiniband":
+        if nic.kind != reads.nic_kind:
             continue
         hca = nic.device
-        kinds = f"perfquery.start.{hca}", f"perfquery.end.{hca}"
-        first, unknown_first = usable_parse(exp, outputs, [kinds[0]], PORT_ERRORS)
-        last, unknown_last = usable_parse(exp, outputs, [kinds[1]], PORT_ERRORS)
+        first, unknown_first = usable_parse(exp, outputs, [f"{reads.kind}.start.{hca}"], check)
+        last, unknown_last = usable_parse(exp, outputs, [f"{reads.kind}.end.{hca}"], check)
         out += [replace(r, subject=hca) for r in unknown_first + unknown_last]
         if first is None or last is None:
             continue
-        before = {(b.port, k): v for b in port_counters_of(first.data) for k, v in b.counts.items()}
-        after = {(b.port, k): v for b in port_counters_of(last.data) for k, v in b.counts.items()}
+        before, after = reads.counts(first.data, hca), reads.counts(last.data, hca)
+        if not before or not after:
+            which = "first" if not before else "second"
+            message = f"{reads.kind} shows no counters of {hca} in the {which} read"
+            out.append(finding(exp, check, Verdict.UNKNOWN, message, subject=hca))
+            continue
         found = growth(
-            before,
-            after,
-            rules,
-            lambda key: key[1],
-            lambda key: f"port {key[0]} {key[1]}",
-            {FLAPS: (flaps, "ib_link_flaps_max")},
+            before, after, rules, lambda key: key[1], lambda key: f"port {key[0]} {key[1]}", allowed
         )
         compared += found.compared
-        out += growth_results(exp, PORT_ERRORS, hca, found, DURING)
+        out += growth_results(exp, check, hca, found, DURING)
     if not out and compared:
-        message = f"none of {compared} InfiniBand port error counters grew during {DURING}"
-        out.append(finding(exp, PORT_ERRORS, Verdict.OK, message))
+        message = f"none of {compared} {reads.what} port error counters grew during {DURING}"
+        out.append(finding(exp, check, Verdict.OK, message))
     elif not out:
-        out.append(finding(exp, PORT_ERRORS, Verdict.UNKNOWN, "perfquery shows no error counters"))
+        out.append(finding(exp, check, Verdict.UNKNOWN, f"{reads.kind} shows no error counters"))
     return out
+
+
+# ------------------------------------------------------------------------------------------
+# RoCE port counters (``rdma statistic show link <hca>/1``: the kernel's hw_counters), read
+# before and after every test
+
+ROCE_ERRORS = "roce.port.errors"
+
+
+def _reads_roce_counters(exp: NodeExpectation) -> bool:
+    return any(collects(exp, f"rdma-stat.start.{n.device}") for n in exp.nics if n.kind == "roce")
+
+
+@node_judge("rdma-stat.start", "rdma-stat.end", applies=_reads_roce_counters)
+def judge_roce_port_errors(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
+    """Growth of each RoCE adapter's error counters between the two reads, by the rules of
+    data/counters.yml ``roce``; the congestion and traffic counters are not judged."""
+    return _port_errors(
+        exp,
+        outputs,
+        PortReads(ROCE_ERRORS, "rdma-stat", "roce", "RoCE", _roce_counts),
+        counter_rules("roce"),
+    )
+
+
+def _roce_counts(data: Mapping[str, Any], hca: str) -> PortCounts:
+    """(port, counter) -> count of adapter ``hca``'s ports in one read (another device's
+    lines, which the command does not print, are left out)."""
+    return {
+        (link.port, name): value
+        for link in link_counters_of(data)
+        if link.device == hca
+        for name, value in link.counts.items()
+    }
