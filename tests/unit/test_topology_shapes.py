@@ -168,19 +168,31 @@ def test_a_mesh_from_cluster_yml_the_dgx1_hybrid_cube_mesh() -> None:
     )
 
 
-def test_a_gpu_missing_from_topo_leaves_its_pairs_to_the_gpu_count_check() -> None:
+def test_a_gpu_missing_from_topo_leaves_its_pairs_and_rails_to_the_gpu_count_check() -> None:
+    # the GPUs after a missing one are renumbered: GPU3 of topo -m is another GPU than
+    # cluster.yml's GPU3, so no pair or rail is judged by index; topology.gpus fails the node
     exp = _exp({"model": "a100-sxm4-80gb", "count": 4})
     three = "\n".join(
         line for line in _fixture(DELLA_A100_4GPU).splitlines() if not line.startswith("GPU3")
     ).replace("\tGPU3", "", 1)
     res = _judge(exp, three)
     assert [r.verdict for r in res if r.check == "topology.gpus"] == [Verdict.FAIL]
-    # the three pairs without GPU3 are judged, and said to be three, not "every pair"
-    [nvlink] = [r for r in res if r.check == "topology.nvlink"]
-    assert (nvlink.verdict, nvlink.message.split(" (")[0]) == (
-        Verdict.OK,
-        "all 3 NVLink pairs have their links",
-    )
+    assert _of(res, "topology.nvlink") == []
+    lost = "\n".join(
+        line for line in _fixture(DGX1).splitlines() if not line.startswith("GPU7")
+    ).replace("\tGPU7", "", 1)
+    res = _judge(_rails("mlx5_[0-3]"), lost)
+    assert _of(res, "topology.rail") == []
+    assert [r.verdict for r in res if r.check == "topology.gpus"] == [Verdict.FAIL]
+    # on an NVSwitch board every pair is alike: the pairs left are still judged
+    h100 = NodeExpectation(
+        "n", "g", gpu_count=8, interconnect="nvswitch",
+        nvlink_pairs=tuple((a, b, 18) for a in range(8) for b in range(a + 1, 8)),
+    )  # fmt: skip
+    princeton = _fixture("nvsmi-topo-m-h100-8gpu-6nic-blank-cpuaffinity.txt")
+    seven = "\n".join(ln for ln in princeton.splitlines() if not ln.startswith("GPU7"))
+    res = _judge(h100, seven.replace("\tGPU7", "", 1))
+    assert _of(res, "topology.nvlink") == [("", Verdict.OK)]
 
 
 def test_pcie_gpus_expect_no_nvlink_and_warn_without_an_adapter_behind_their_switch() -> None:

@@ -59,9 +59,13 @@ def judge_topology(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                 expected=exp.gpu_count,
             )
         )
-    if exp.nvlink_pairs:
+    # a GPU missing renumbers the ones after it (nvidia-smi counts the GPUs it sees): a pair or
+    # a rail by index would name another GPU, so only an NVSwitch board's pairs (all alike) are
+    # judged then; topology.gpus fails the node already
+    complete = len(gpus) == exp.gpu_count
+    if exp.nvlink_pairs and (complete or exp.interconnect == "nvswitch"):
         out += _nvlink_pairs(exp, topo, gpus)
-    if exp.rails:
+    if exp.rails and complete:
         out += _rails(exp, result.data, gpus)
     if exp.nics and topo.nics:
         # GPUDirect RDMA wants each GPU to have a NIC behind the same PCIe switch (PIX/PXB)
