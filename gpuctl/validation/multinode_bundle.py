@@ -35,7 +35,7 @@ from gpuctl.validation.multinode import (
     outcome,
     threshold_for,
 )
-from gpuctl.validation.rails import as_rail, rail_limits, split_folder
+from gpuctl.validation.rails import as_rail, rail_gpus, rail_limits, split_folder
 from gpuctl.validation.results import CheckResult, Verdict
 from gpuctl.validation.suite import not_judged
 
@@ -132,8 +132,15 @@ def judge_bundle_dir(
     for name in sorted(e.name for e in os.scandir(root) if not e.name.startswith(".")):
         group, rail = split_folder(name)
         members = [n for n, e in exps.items() if e.group == group and e.gpu_count]
+        if rail is not None:
+            # a rail's folder: only for a rail of that group, only its nodes judged
+            members = [n for n in members if rail in rail_gpus(exps[n])]
+            if not members:
+                continue
         got, info = _judge_folder(bundle, name, rail, members, exps, options)
-        results += [as_rail(r, rail) for r in got] if rail is not None else got
+        if rail is not None:
+            got = [as_rail(r, rail) for r in got if r.node in members]
+        results += got
         if info is not None:
             summary[name] = info
     return results, summary

@@ -156,3 +156,18 @@ def test_groups_without_rails_run_no_rail_runs(cluster_yml: Path) -> None:
     res, _ = run_long(cluster_yml, sim)
     assert len(sim.sruns) == 1
     assert _rails(res.report) == {}
+
+
+def test_a_rail_folder_judges_only_that_rails_nodes_of_its_group(cluster_yml: Path) -> None:
+    res, _ = run_long(cluster_yml, SlurmSim())
+    root = res.bundle / MULTINODE_DIR
+    # a folder for an adapter that is no rail of the group: not gpuctl's, nothing judged from it
+    shutil.copytree(root / "gpu@mlx5_1", root / "gpu@mlx5_99")
+    # a rail folder whose meta.json lists a node of another group (ctl01): left out
+    meta = json.loads((root / "gpu@mlx5_1" / META_FILE).read_text())
+    meta["nodes"] = [*meta["nodes"], "ctl01"]
+    (root / "gpu@mlx5_1" / META_FILE).write_text(json.dumps(meta))
+    again = judge_bundle(load_cluster(cluster_yml), res.bundle)
+    rails = _rails(again.report)
+    assert {hca for _, hca in rails} == {f"mlx5_{i}" for i in range(8)}
+    assert {node for node, _ in rails} == {"gpu001", "gpu002", "gpu003"}
