@@ -663,7 +663,7 @@ class Collector:
             session = connect(self.connector, plan.controller, become=self.become)
         except Unreachable as exc:
             why = f"{controller}, where srun runs, cannot be reached: {exc.reason}"
-            multinode_collect.write_not_measured(out, groups, why)
+            multinode_collect.write_not_measured(out, groups, why, self.exps)
             return
         try:
             argv = show_argv()
@@ -676,7 +676,7 @@ class Collector:
                 text = res.stdout.decode("utf-8", errors="replace")
                 slurm = multinode_collect.slurm_records(text)
             if isinstance(slurm, str):
-                multinode_collect.write_not_measured(out, groups, slurm)
+                multinode_collect.write_not_measured(out, groups, slurm, self.exps)
                 return
             for group, nodes in sorted(groups.items()):
                 if self._cancel.is_set():

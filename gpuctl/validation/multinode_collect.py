@@ -52,11 +52,21 @@ def participants(
     return {g: nodes for g, nodes in groups.items() if len(nodes) >= 2}
 
 
-def write_not_measured(bundle: Path, groups: Mapping[str, list[str]], error: str) -> None:
-    """Every group's meta.json saying why nothing was run (the nodes are judged UNKNOWN)."""
+def write_not_measured(
+    bundle: Path,
+    groups: Mapping[str, list[str]],
+    error: str,
+    exps: Mapping[str, NodeExpectation] | None = None,
+) -> None:
+    """Every group's meta.json, and each of its rails' (``exps``), saying why nothing was run
+    (the nodes are judged UNKNOWN)."""
     for group, nodes in groups.items():
         meta = {"nodes": nodes, "error": error}
         write_atomic(group_dir(bundle, group) / META_FILE, json_bytes(meta))
+        exp = (exps or {}).get(nodes[0]) if nodes else None
+        for hca in rail_gpus(exp) if exp is not None else ():
+            rail = group_dir(bundle, folder_name(group, hca))
+            write_atomic(rail / META_FILE, json_bytes({**meta, "rail": hca}))
 
 
 def slurm_records(text: str) -> dict[str, dict[str, Any]] | str:
@@ -102,6 +112,10 @@ def collect_group(
             }
         meta["nodes"] = []
         write_atomic(folder / META_FILE, json_bytes(meta))
+        # each rail's the same: not run, for the same reasons
+        for hca, gpus in rail_gpus(exps[nodes[0]]).items() if nodes else ():
+            rail = {"nodes": [], "excluded": excluded, "runs": [], "rail": hca, "gpus": list(gpus)}
+            write_atomic(group_dir(bundle, folder_name(group, hca)) / META_FILE, json_bytes(rail))
         return None
     exp = exps[usable[0]]
     threshold, source = threshold_for(exp)

@@ -611,6 +611,16 @@ def test_a_node_left_alone_is_not_measured_with_a_warning(cluster_yml: Path) -> 
     assert found["gpu002"][0] is Verdict.WARN
     assert found["gpu003"][0] is Verdict.UNKNOWN
     assert "Slurm state DOWN" in found["gpu003"][1]
+    # each rail's run likewise: not run, with the same verdicts (a lone node does not fail)
+    rails = [
+        (n.node, c.verdict, c.message) for n in res.report.nodes for c in n.checks
+        if c.check == "nccl.multinode.rail"
+    ]  # fmt: skip
+    assert len(rails) == 3 * 8
+    assert {v for node, v, _ in rails if node != "gpu003"} == {Verdict.WARN}
+    assert {v for node, v, _ in rails if node == "gpu003"} == {Verdict.UNKNOWN}
+    assert all(m.startswith("rail mlx5_") for _, _, m in rails)
+    assert "gpu001" not in res.failed_nodes
 
 
 def test_a_long_bundle_without_its_multinode_runs_is_unknown_not_passed(

@@ -171,3 +171,16 @@ def test_a_rail_folder_judges_only_that_rails_nodes_of_its_group(cluster_yml: Pa
     rails = _rails(again.report)
     assert {hca for _, hca in rails} == {f"mlx5_{i}" for i in range(8)}
     assert {node for node, _ in rails} == {"gpu001", "gpu002", "gpu003"}
+
+
+def test_rails_not_measured_say_why_as_the_groups_run(cluster_yml: Path) -> None:
+    def answer(node: str, argv: list[str]) -> FakeRunning:
+        if argv[:3] == ["scontrol", "show", "node"]:
+            return done("", 1, "slurm_load_node error: Unable to contact slurm controller\n")
+        return SlurmSim()(node, argv)
+
+    res, _ = run_long(cluster_yml, answer)
+    rails = _rails(res.report)
+    assert len(rails) == 3 * 8
+    assert {v for v, _ in rails.values()} == {Verdict.UNKNOWN}
+    assert all("bundle holds no run" not in m for _, m in rails.values()), rails
