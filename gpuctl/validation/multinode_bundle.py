@@ -230,15 +230,7 @@ def judge_group(
         return results, info
     if meta.get("error"):
         error = _text(meta["error"], "the recorded error is not a string")
-        for node in nodes:
-            results.append(
-                CheckResult(
-                    check=CHECK,
-                    node=node,
-                    verdict=Verdict.UNKNOWN,
-                    message=f"not measured: {error}",
-                )
-            )
+        results += [_unknown(node, f"not measured: {error}") for node in nodes]
         info["error"] = error
         return results, info
     if rail is None:
