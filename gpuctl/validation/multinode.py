@@ -99,10 +99,21 @@ def srun_argv(
     if gpus_per_node < 1:
         raise ValueError("a multi-node run needs GPUs")
     per_node = options.rank_per == "node"
+    tasks = 1 if per_node else gpus_per_node
+    argv = srun_options(nodes, tasks, gpus_per_node, options, JOB_NAME)
+    gpus = str(gpus_per_node) if per_node else "1"
+    return (*argv, *NCCL_ARGS[:-1], gpus)
+
+
+def srun_options(
+    nodes: Sequence[str], tasks_per_node: int, gpus_per_node: int, options: SrunOptions, job: str
+) -> list[str]:
+    """srun and its options up to the program: the nodes, whole and exclusive, labelled
+    output, the time limits, cluster.yml's MPI type, partition and reservation."""
     argv = [
         "srun",
         f"--nodes={len(nodes)}",
-        f"--ntasks-per-node={1 if per_node else gpus_per_node}",
+        f"--ntasks-per-node={tasks_per_node}",
         f"--gpus-per-node={gpus_per_node}",
         f"--nodelist={NodeSet.fromlist(nodes)}",
         f"--mpi={options.mpi}",
@@ -110,14 +121,13 @@ def srun_argv(
         f"--immediate={IMMEDIATE_S}",
         "--exclusive",
         "--label",
-        f"--job-name={JOB_NAME}",
+        f"--job-name={job}",
     ]
     if options.partition:
         argv.append(f"--partition={options.partition}")
     if options.reservation:
         argv.append(f"--reservation={options.reservation}")
-    gpus = str(gpus_per_node) if per_node else "1"
-    return (*argv, *NCCL_ARGS[:-1], gpus)
+    return argv
 
 
 # ------------------------------------------------------------------------------------------

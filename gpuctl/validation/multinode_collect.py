@@ -16,8 +16,6 @@ from gpuctl.slurm import NotUnderstood, read_nodes
 from gpuctl.validation.bundle import META_FILE, json_bytes, probe_meta
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.multinode import (
-    IMMEDIATE_S,
-    RUN_TIME_LIMIT_MIN,
     RUN_TIMEOUT_S,
     Location,
     RunOutcome,
@@ -132,17 +130,7 @@ def collect_group(
         def one_rail(
             members: tuple[str, ...], hca: str = hca, gpus: tuple[int, ...] = gpus
         ) -> tuple[str, ...]:
-            return rail_argv(
-                members,
-                hca,
-                gpus,
-                exp.gpu_count,
-                mpi=options.mpi,
-                time_min=RUN_TIME_LIMIT_MIN,
-                immediate_s=IMMEDIATE_S,
-                partition=options.partition,
-                reservation=options.reservation,
-            )
+            return rail_argv(members, hca, gpus, exp.gpu_count, options)
 
         # a node the group's run found slow would fail every rail: the rails run without it
         slow = set(loc.slow) if loc is not None else set()

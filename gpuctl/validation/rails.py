@@ -24,11 +24,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ClusterShell.NodeSet import NodeSet
-
 from gpuctl.config.catalog import Ceiling, fastest_rate, multinode_busbw_ceiling
 from gpuctl.resources import load_data
 from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.multinode import SrunOptions, srun_options
 from gpuctl.validation.results import CheckResult
 
 RAIL_CHECK = "nccl.multinode.rail"
@@ -60,12 +59,7 @@ def rail_argv(
     hca: str,
     gpus: Sequence[int],
     gpus_per_node: int,
-    *,
-    mpi: str,
-    time_min: int,
-    immediate_s: int,
-    partition: str | None = None,
-    reservation: str | None = None,
+    options: SrunOptions,
 ) -> tuple[str, ...]:
     """One rail's run: one rank per node with the rail's GPUs (``-g <their count>``), NCCL on
     that adapter alone. The whole node is allocated (``--exclusive``, all its GPUs) so that
@@ -74,23 +68,7 @@ def rail_argv(
         raise ValueError("a multi-node run needs two or more nodes")
     if not gpus:
         raise ValueError("a rail run needs the rail's GPUs")
-    argv = [
-        "srun",
-        f"--nodes={len(nodes)}",
-        "--ntasks-per-node=1",
-        f"--gpus-per-node={gpus_per_node}",
-        f"--nodelist={NodeSet.fromlist(nodes)}",
-        f"--mpi={mpi}",
-        f"--time={time_min}",
-        f"--immediate={immediate_s}",
-        "--exclusive",
-        "--label",
-        f"--job-name={JOB_NAME}",
-    ]
-    if partition:
-        argv.append(f"--partition={partition}")
-    if reservation:
-        argv.append(f"--reservation={reservation}")
+    argv = srun_options(nodes, 1, gpus_per_node, options, JOB_NAME)
     env = (
         "env",
         f"NCCL_IB_HCA=={hca}",

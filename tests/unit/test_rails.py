@@ -18,6 +18,7 @@ from gpuctl.lab.sim.faults import apply
 from gpuctl.validation.api import judge_bundle
 from gpuctl.validation.bundle import META_FILE, MULTINODE_DIR
 from gpuctl.validation.expect import ExpectedNic, NodeExpectation, expectations
+from gpuctl.validation.multinode import SrunOptions
 from gpuctl.validation.rails import (
     RAIL_CHECK,
     folder_name,
@@ -46,9 +47,8 @@ def _group(report: ValidationReport) -> dict[str, Verdict]:
 
 def test_one_rails_command_holds_nccl_to_its_adapter_and_gpus() -> None:
     argv = rail_argv(
-        ["gpu001", "gpu002", "gpu003"], "mlx5_3", (6, 7), 8, mpi="pmix", time_min=10,
-        immediate_s=60, partition="gpu",
-    )  # fmt: skip
+        ["gpu001", "gpu002", "gpu003"], "mlx5_3", (6, 7), 8, SrunOptions(partition="gpu")
+    )
     assert argv == (
         "srun", "--nodes=3", "--ntasks-per-node=1", "--gpus-per-node=8",
         "--nodelist=gpu[001-003]", "--mpi=pmix", "--time=10", "--immediate=60", "--exclusive",
