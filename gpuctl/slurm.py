@@ -247,9 +247,9 @@ def failure_text(what: str, rc: int | None, stderr: bytes, error: str | None) ->
 # src/plugins/accounting_storage/mysql/accounting_storage_mysql.c, event_table_fields): a longer
 # reason does not survive in `sacctmgr show event`. gpuctl's reasons fit in it.
 REASON_MAX_BYTES = 255
-# quick < standard < long (gpuctl.config.model.validation.LEVELS; not imported: this module
+# quick < standard < long < burn (gpuctl.config.model.validation.LEVELS; not imported: this module
 # stays free of the config model)
-_LEVELS = ("quick", "standard", "long")
+_LEVELS = ("quick", "standard", "long", "burn")
 
 # A check id as the judges write them: "xid", "nccl.busbw", "ib.write_bw.fleet".
 _CHECK_ID = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*")
@@ -259,7 +259,7 @@ _SCONTROL = re.compile(r"[\"'=\\]")  # what would confuse `scontrol update ... r
 # whose id starts with "nccl." (the ids of one probe family share their first part).
 _FAMILY = re.compile(r"[a-z][a-z0-9_]*\.\*")
 _SEP = "; "  # between the checks of a reason (never inside one: see _detail)
-_LEVEL_TAG = re.compile(r" \[(quick|standard|long)\]$")
+_LEVEL_TAG = re.compile(r" \[(quick|standard|long|burn)\]$")
 # the ending of gpuctl's reasons before they named every check: "(+2 more)" checks unnamed
 _OLD_MORE = re.compile(r"\(\+\d+ more\)$")
 # Checks whose probe goes deeper at a higher level (dcgmi diag -r 2 at standard, -r 3 at long:

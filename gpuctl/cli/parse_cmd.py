@@ -27,11 +27,11 @@ def commands_by_kind() -> dict[str, list[str]]:
     gpuctl never runs itself (its parser reads saved output) is absent."""
     from gpuctl import slurm
     from gpuctl.rollout import tools
-    from gpuctl.validation import gpudirect, multinode, probes
+    from gpuctl.validation import burn, gpudirect, multinode, probes
 
     sources: dict[str, list[tuple[str, ...]]] = {}
     for probe in probes.PROBES:
-        if probe.per_gpu:  # GPUDirect RDMA: one run per GPU, below
+        if probe.per_gpu or probe.burn:  # one run per GPU, the burn loop's: below
             continue
         argv = tuple(
             arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
@@ -50,6 +50,8 @@ def commands_by_kind() -> dict[str, list[str]]:
     )
     sources["perftest"] += [gdr, (*gdr, "<node>")]
     sources.setdefault("nccl", []).append(multinode.srun_argv(("node1", "node2"), 8))
+    for kind, argvs in burn.shown_commands().items():
+        sources.setdefault(kind, []).extend(argvs)
     sources.setdefault("mlxfwmanager", []).append(tuple(tools.nic_query_argv()))
     sources.setdefault("flint-query", []).append(tuple(tools.flint_query_argv("<device>")))
     sources.setdefault("scontrol-node", []).append(slurm.show_argv())

@@ -18,6 +18,7 @@ from gpuctl.errors import UsageError
 from gpuctl.provision.runner import state_dir_for
 from gpuctl.validation.api import ValidateResult, drain_failed, judge_bundle, validate
 from gpuctl.validation.bundle import check_bundle_dir
+from gpuctl.validation.burn import parse_duration, show_duration
 from gpuctl.validation.collector import DEFAULT_PARALLEL, LOST_PREFIX, ProgressEvent
 from gpuctl.validation.history import history_path
 from gpuctl.validation.reports.write import write_reports
@@ -49,6 +50,7 @@ class LevelChoice(StrEnum):
     QUICK = "quick"
     STANDARD = "standard"
     LONG = "long"
+    BURN = "burn"
 
 
 def register(app: typer.Typer) -> None:
@@ -154,10 +156,19 @@ def validate_cmd(
         LevelChoice | None,
         typer.Option(
             "--level",
-            help="quick (seconds), standard (minutes: + NCCL, DCGM, ib_write_bw) or long "
-            "(+ dcgmi diag -r 3, then multi-node nccl-tests through Slurm per node group). "
+            help="quick (seconds), standard (minutes: + NCCL, DCGM, ib_write_bw), long "
+            "(+ dcgmi diag -r 3, then multi-node nccl-tests through Slurm per node group) or "
+            "burn (long with dcgmi diag -r 4, then DCGM stress and NCCL in a loop for "
+            "--duration, sampled by nvidia-smi dmon). "
             "Default: each node group's level in cluster.yml.",
             case_sensitive=False,
+        ),
+    ] = None,
+    duration: Annotated[
+        str | None,
+        typer.Option(
+            "--duration",
+            help="With --level burn: how long the burn loop runs on each node (4h, 90m, 1h30m).",
         ),
     ] = None,
     limit: Annotated[
@@ -213,6 +224,8 @@ def validate_cmd(
     console = err_console()
     lvl = level.value if level is not None else None
     if bundle is not None:
+        if duration is not None:
+            raise UsageError("--bundle judges a saved bundle: --duration is the one it records")
         if out is not None:
             raise UsageError("--bundle judges a saved bundle: --out does not apply")
         if drain:
@@ -228,15 +241,17 @@ def validate_cmd(
         for line in result.warnings:
             console.print(f"[yellow]warning[/yellow]: {_say(line)}")
     else:
+        burn_s = parse_duration(duration) if duration is not None else None
         loaded = load_cluster(cluster)
         count = len(select_nodes(loaded, limit))  # the header says the real numbers
+        burning = f" for {show_duration(burn_s)}" if burn_s is not None else ""
         console.print(
-            f"validating {escape(str(cluster))} (level {lvl or 'from cluster.yml'}, "
+            f"validating {escape(str(cluster))} (level {lvl or 'from cluster.yml'}{burning}, "
             f"{count} node{'s' if count != 1 else ''}, {min(parallel, count)} at a time)"
         )
         out = out if out is not None else default_out(cluster)
         result = validate(loaded, level=lvl, limit=limit, out=out, parallel=parallel,
-                          on_progress=_Progress(),
+                          on_progress=_Progress(), burn_s=burn_s,
                           history=history_path(state_dir_for(cluster)))  # fmt: skip
     report = result.report
     write_report_files(report, html, junit, prom)

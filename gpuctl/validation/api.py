@@ -40,6 +40,7 @@ from gpuctl.validation.bundle import (
     check_bundle_dir,
     check_out,
     collection_time,
+    header_burn,
     header_level,
     header_pairs,
     read_bundle_header,
@@ -48,6 +49,7 @@ from gpuctl.validation.bundle import (
     unreachable_in,
     write_results,
 )
+from gpuctl.validation.burn import with_burn
 from gpuctl.validation.collector import (
     DEFAULT_PARALLEL,
     Collector,
@@ -56,7 +58,7 @@ from gpuctl.validation.collector import (
 )
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.history import read_history, record_history
-from gpuctl.validation.probes import latency_kind, perftest_kind, wants_ib_write_bw
+from gpuctl.validation.probes import BURN, latency_kind, perftest_kind, wants_ib_write_bw
 from gpuctl.validation.results import CheckResult, NodeReport, ValidationReport, Verdict
 from gpuctl.validation.scope import select_nodes, with_level
 from gpuctl.validation.slurm import (
@@ -103,9 +105,11 @@ def _judge(
     now: datetime | None,
     clock_problem: str | None,
     generated_at: str | None,
+    burn_s: int | None = None,
 ) -> ValidationReport:
     """The report of ``nodes`` (every other node of cluster.yml is left out) from ``bundle``;
-    ``now`` ends the Xid window, ``clock_problem`` says why there is no trusted time."""
+    ``now`` ends the Xid window, ``clock_problem`` says why there is no trusted time,
+    ``burn_s`` is the burn loop's duration (level burn)."""
     leveled = with_level(cluster, level)
     report = judge_directory(
         leveled,
@@ -115,6 +119,7 @@ def _judge(
         clock_problem=clock_problem,
         generated_at=generated_at,
         jobs=usable_cores(),
+        burn_s=burn_s,
     )
     keep = set(nodes)
     extra = {
@@ -150,7 +155,7 @@ def _judge(
                     check=check,
                     node=node,
                     verdict=Verdict.UNKNOWN,
-                    message=f"not measured: the bundle holds no {what} (level long)",
+                    message=f"not measured: the bundle holds no {what} (level {level or 'long'})",
                     subject=subject,
                 )
                 for check, subject, what in due
@@ -222,6 +227,7 @@ def validate(
     on_progress: Callable[[ProgressEvent], None] | None = None,
     exclude: Collection[str] = (),
     history: Path | None = None,
+    burn_s: int | None = None,
 ) -> ValidateResult:
     """Collect every selected node's probe outputs over SSH into ``out`` (a new or empty
     directory) and judge them.
@@ -231,10 +237,17 @@ def validate(
     ``results.json`` (the report, for `gpuctl report`). With ``limit``, ib_write_bw partners
     are chosen outside it (:func:`choose_partners`), never one of ``exclude`` (a rollout's
     batch); ``history``: the validation history file (read for partners, then updated with
-    this run's verdicts).
+    this run's verdicts). ``burn_s``: the burn loop's duration, seconds (level burn, and only
+    there: :mod:`gpuctl.validation.burn`).
     """
     if level is not None and level not in LEVELS:
         raise UsageError(f"--level: {level!r} is not one of {', '.join(LEVELS)}")
+    if (level == BURN) != (burn_s is not None):
+        raise UsageError(
+            "--level burn needs --duration (4h, 90m)"
+            if level == BURN
+            else "--duration is the burn's: give it with --level burn"
+        )
     nodes = select_nodes(cluster, limit)
     check_out(out)
     become = False
@@ -243,7 +256,7 @@ def validate(
         become = settings.become
         connector = ParamikoConnector(settings)
     leveled = with_level(cluster, level)
-    exps = expectations(leveled)
+    exps = with_burn(expectations(leveled), burn_s)
     address = {n.name: n.address or n.name for n in cluster_nodes(cluster)}
     targets = [Target(n, address[n]) for n in nodes]
     partners: list[Target] = []
@@ -267,7 +280,7 @@ def validate(
     )
     got = collector.collect(targets, out)
     now, clock_problem = collection_time({"collected_at": got.collected_at})
-    report = _judge(cluster, out, nodes, level, now, clock_problem, got.collected_at)
+    report = _judge(cluster, out, nodes, level, now, clock_problem, got.collected_at, burn_s)
     write_results(out, report)
     if history is not None:
         with contextlib.suppress(OSError):  # the run's verdicts stand without it
@@ -393,7 +406,8 @@ def judge_bundle(
     now, clock_problem = collection_time(header)
     stamp = header.get("collected_at") if now is not None else None
     collected_at = stamp if isinstance(stamp, str) else None
-    report = _judge(cluster, bundle, nodes, level, now, clock_problem, collected_at)
+    burn_s = header_burn(header) if level == BURN else None
+    report = _judge(cluster, bundle, nodes, level, now, clock_problem, collected_at, burn_s)
     unreachable = dict(unreachable_in(bundle, nodes))
     return ValidateResult(
         bundle=bundle,

@@ -83,14 +83,18 @@ def check_out(out: Path) -> None:
         raise UsageError(f"--out {out}: exists and is not an empty directory")
 
 
-def new_header(collected_at: str, level: str | None, nodes: Sequence[str]) -> dict[str, Any]:
-    """bundle.json of a collection that has started (``complete`` false until it ends)."""
+def new_header(
+    collected_at: str, level: str | None, nodes: Sequence[str], burn_s: int | None = None
+) -> dict[str, Any]:
+    """bundle.json of a collection that has started (``complete`` false until it ends);
+    ``burn_s``: the burn loop's duration (level burn)."""
     return {
         "gpuctl": __version__,
         "collected_at": collected_at,
         "level": level,
         "nodes": list(nodes),
         "complete": False,
+        **({"burn_s": burn_s} if burn_s is not None else {}),
     }
 
 
@@ -453,6 +457,13 @@ def header_level(bundle: Path, header: Mapping[str, Any]) -> str | None:
             f"{', '.join(LEVELS)}"
         )
     return level
+
+
+def header_burn(header: Mapping[str, Any]) -> int | None:
+    """The burn loop's duration bundle.json records (seconds), None where it records none or
+    not a whole number of seconds (the burn judges then say so)."""
+    value = header.get("burn_s")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def bundle_folders(bundle: Path) -> list[str]:

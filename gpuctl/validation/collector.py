@@ -53,7 +53,7 @@ from gpuctl.remote import (
     connect,
 )
 from gpuctl.slurm import show_argv
-from gpuctl.validation import gpudirect_collect, multinode, multinode_collect
+from gpuctl.validation import burn_collect, gpudirect_collect, multinode, multinode_collect
 from gpuctl.validation import pairs as pairing
 from gpuctl.validation.bundle import (
     NodeFolder,
@@ -229,6 +229,12 @@ class Collector:
             node, address = state.target.node, state.target.address
             opts = functools.partial(self._perftest_options, node)
             gpudirect_collect.run_gpu(state, session, probe, exp, address, routed, opts)
+            return
+        if probe.burn:  # the burn loop, for the duration asked for (gpuctl/validation/burn.py)
+            if exp.burn_s:
+                burn_collect.run(state, session, exp, exp.burn_s, self._run, self._cancel.is_set)
+            else:
+                state.record(probe.kind, ExecResult(error="no --duration given"), (), 0)
             return
         argv = probe.command(exp)
         sent = time.time()
@@ -733,7 +739,8 @@ class Collector:
         started = time.monotonic()
         collected_at = iso(datetime.now(UTC))
         out.mkdir(parents=True, exist_ok=True)
-        header = new_header(collected_at, self.level, [t.node for t in targets])
+        burn_s = next((e.burn_s for e in self.exps.values() if e.burn_s), None)
+        header = new_header(collected_at, self.level, [t.node for t in targets], burn_s)
         write_header(out, header)
         states = {t.node: _NodeState(out / t.node, target=t) for t in targets}
         self._partner_states = {

@@ -86,6 +86,8 @@ class NodeExpectation:
     # perftest with CUDA): how the adapter registers GPU memory, "peermem" (nvidia-peermem, where
     # the rdma role loads it: DOCA-OFED) or "dmabuf" (inbox rdma-core); None: not measured
     gpudirect: str | None = None
+    # level burn: how long the burn loop runs, seconds (--duration; gpuctl/validation/burn.py)
+    burn_s: int | None = None
 
 
 def gpudirect_method(cluster: Cluster) -> str | None:

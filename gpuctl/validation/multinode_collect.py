@@ -34,17 +34,19 @@ from gpuctl.validation.results import Verdict
 _UNFINISHED = "not finished (the collection was stopped)"
 
 
+MULTINODE_LEVELS = ("long", "burn")  # burn runs everything long runs
 Execute = Callable[[tuple[str, ...], int], ExecResult]  # a command on the controller
 
 
 def participants(
     exps: Mapping[str, NodeExpectation], reached: Iterable[str], level: str | None
 ) -> dict[str, list[str]]:
-    """Node group -> its reached GPU nodes at level ``long`` (groups of two or more)."""
+    """Node group -> its reached GPU nodes at level ``long`` or ``burn`` (groups of two or
+    more)."""
     groups: dict[str, list[str]] = {}
     for node in reached:
         exp = exps.get(node)
-        if exp is None or exp.gpu_count < 1 or (level or exp.level) != "long":
+        if exp is None or exp.gpu_count < 1 or (level or exp.level) not in MULTINODE_LEVELS:
             continue
         groups.setdefault(exp.group, []).append(node)
     return {g: nodes for g, nodes in groups.items() if len(nodes) >= 2}

@@ -48,10 +48,12 @@ from gpuctl.validation.expect import ExpectedNic, NodeExpectation
 
 T = TypeVar("T")
 QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.value
+BURN = Level.BURN.value
 
 # Each level's worst-case time for one node's own probes (seconds): the sum of their timeouts
 # stays below it (a unit test checks every example cluster).
-LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 3300, LONG: 6480}
+# burn: long's, with dcgmi diag -r 4 in place of -r 3, and the burn loop's --duration on top
+LEVEL_BUDGET_S: Mapping[str, int] = {QUICK: 240, STANDARD: 3300, LONG: 6480, BURN: 13680}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +80,13 @@ class Probe:
     # ``{hca}`` (the adapter nearest the GPU) is known only once topo -m has been read, so the
     # collector fills it in and runs the loopback's server and client
     per_gpu: bool = False
+    # the burn loop (gpuctl/validation/burn_collect.py builds and runs its commands)
+    burn: bool = False
 
     def command(self, exp: NodeExpectation) -> tuple[str, ...]:
         """The argv for ``exp``'s node: ``{gpus}`` its GPU count; the word ``{mounts}`` its
         required mount points, one word each (each word is quoted on the way to the node)."""
-        if self.per_gpu:
+        if self.per_gpu or self.burn:
             return self.argv  # made per GPU (:func:`_per_gpu`); {hca}: the collector fills it
         words: list[str] = []
         for a in self.argv:
@@ -99,6 +103,8 @@ class Probe:
 
 
 AFTER_GPU_TESTS, AFTER_PAIRS = "gpu-tests", "pairs"
+# dcgmi diag -r 4 (memtest, pulse_test on top of -r 3's): DCGM documents it as hours long
+BURN_DCGM_TIMEOUT_S = 10800
 
 
 def parser_of(kind: str) -> str:
@@ -159,7 +165,9 @@ def collective(kind: str) -> Collective:
 
 
 def _levels(*names: str) -> frozenset[str]:
-    return frozenset(names)
+    """The levels named; burn runs everything long runs (a probe that long alone runs says
+    ``frozenset({LONG})``)."""
+    return frozenset(names) | ({BURN} if LONG in names else set())
 
 
 # Which nodes need a probe (a probe's ``needs``). The judges follow: each applies where a probe
@@ -533,10 +541,19 @@ PROBES: tuple[Probe, ...] = (
         "dcgm-diag",
         ("dcgmi", "diag", "-r", "3"),
         3600,
-        _levels(LONG),
+        frozenset({LONG}),
         any_gpu,
         exclusive=True,
         description="DCGM diagnostics, level 3 (long: adds targeted stress and power)",
+    ),
+    Probe(
+        "dcgm-diag",
+        ("dcgmi", "diag", "-r", "4"),
+        BURN_DCGM_TIMEOUT_S,
+        _levels(BURN),
+        any_gpu,
+        exclusive=True,
+        description="DCGM diagnostics, level 4 (burn: adds the memory test and the pulse test)",
     ),
     # GPUDirect RDMA: each GPU's memory through its nearest adapter, a loopback on that adapter
     # (gpuctl/validation/gpudirect.py); where cluster.yml builds perftest with CUDA
@@ -549,6 +566,22 @@ PROBES: tuple[Probe, ...] = (
         exclusive=True,
         description="ib_write_bw --use_cuda per GPU on its nearest adapter (GPUDirect RDMA)",
         per_gpu=True,
+    ),
+    # the burn loop (gpuctl/validation/burn.py): for --duration, DCGM's targeted stress and
+    # power tests one after the other with all_reduce_perf between them, while nvidia-smi dmon
+    # samples every GPU; its own commands and outputs (``dmon``, ``dcgm-diag.burnN``,
+    # ``nccl.burnN``, ``smi-xml.burn-start``/``-end``, ``xid.burn-end``), run by
+    # gpuctl/validation/burn_collect.py; its time is the duration asked for, not in the budget
+    Probe(
+        "dmon",
+        (),
+        0,
+        _levels(BURN),
+        any_gpu,
+        exclusive=True,
+        description="the burn loop: DCGM targeted stress/power and all_reduce_perf for "
+        "--duration, nvidia-smi dmon sampling every GPU",
+        burn=True,
     ),
 )
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.config.model import LEVELS
+from gpuctl.config.model import Level
 from gpuctl.remote import ExecResult, Session
 from gpuctl.slurm import (
     Owner,
@@ -47,9 +47,10 @@ from gpuctl.validation.results import ValidationReport, printable
 
 SCONTROL_TIMEOUT_S = 60
 OWNER = Owner(PREFIX)  # `gpuctl validate --drain-failed` undoes only its own drains
-# the level that runs every check validate drains for: a reason that names no checks gpuctl
-# can read (written before reasons named them) is resumed only after a passing run at it
-FULL_LEVEL = LEVELS[-1]
+# the level that ran every check validate drained for before reasons named them (long; burn came
+# later): a reason that names no checks gpuctl can read is resumed only after a passing run at
+# it or above
+FULL_LEVEL = Level.LONG.value
 
 
 @dataclass(frozen=True, slots=True)

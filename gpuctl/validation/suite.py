@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuctl.config.model import Cluster
 from gpuctl.validation.bundle import MISSING, NodeBundle, load_node_bundle, short
+from gpuctl.validation.burn import with_burn
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.judges import NODE_JUDGES
 from gpuctl.validation.judges.base import Evidence
@@ -172,10 +173,12 @@ def judge_cluster(
     generated_at: str | None = None,
     charts: bool = True,
     jobs: int = 1,
+    burn_s: int | None = None,
 ) -> ValidationReport:
     """Judge every node (``jobs`` worker processes for large clusters) and the fleet. A node
-    whose judging raises fails with the reason; the others are judged as usual."""
-    exps = expectations(cluster)
+    whose judging raises fails with the reason; the others are judged as usual. ``burn_s``:
+    the burn loop's duration (level burn), what its samples must cover."""
+    exps = with_burn(expectations(cluster), burn_s)
     items = [
         _Item(
             exp,

@@ -368,6 +368,7 @@ def test_fault_names_and_errors() -> None:
         "pcie_acs", "nic_pcie_degraded", "p2p_slow", "p2p_disabled",
         "nvlink_errors", "ib_link_flaps", "ib_ber", "nccl_collective_slow", "pcie_copy_slow",
         "gpudirect_broken", "ib_latency", "nic_slots_swapped", "roce_errors",
+        "thermal_throttle", "nccl_drift",
     }  # fmt: skip
     with pytest.raises(FaultError, match="unknown fault 'gpu_melted'"):
         apply({}, "gpu_melted", "1")
@@ -696,6 +697,7 @@ def test_every_fault_is_tested() -> None:
         "ib_latency",  # tests/unit/test_latency.py
         "nic_slots_swapped",  # tests/unit/test_topology_shapes.py
         "roce_errors",  # tests/unit/test_roce_counters.py
+        "thermal_throttle", "nccl_drift",  # tests/unit/test_burn.py
         "nccl_slow", "nccl_wrong", "fabricmanager_failed", "fabricmanager_version",
         "clocks_throttled", "slow_node", "firmware",
         # no_reboot acts in the lab's node supervisor, not in a tool's output: it is tested in

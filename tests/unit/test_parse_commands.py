@@ -10,7 +10,7 @@ from helpers import ROOT
 from gpuctl import slurm
 from gpuctl.cli.parse_cmd import commands_by_kind
 from gpuctl.rollout import tools
-from gpuctl.validation import gpudirect, multinode, probes
+from gpuctl.validation import burn, gpudirect, multinode, probes
 from gpuctl.validation.parsing import ParserSpec, registry
 
 
@@ -25,7 +25,7 @@ def test_a_parser_declares_no_command() -> None:
 def test_every_probe_command_is_listed_under_its_kind() -> None:
     commands = commands_by_kind()
     for probe in probes.PROBES:
-        if probe.per_gpu:  # GPUDirect RDMA: one run per GPU, its argv made per GPU
+        if probe.per_gpu or probe.burn:  # per GPU, the burn loop: their argv made at run time
             continue
         shown = _line(
             [
@@ -40,7 +40,7 @@ def test_every_listed_command_comes_from_where_it_is_run() -> None:
     port = probes.IB_WRITE_BW_BASE_PORT
     declared: dict[str, set[str]] = {}
     for probe in probes.PROBES:
-        if probe.per_gpu:
+        if probe.per_gpu or probe.burn:
             continue
         argv = [
             arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
@@ -62,6 +62,12 @@ def test_every_listed_command_comes_from_where_it_is_run() -> None:
     declared.setdefault("mlxfwmanager", set()).add(_line(tools.nic_query_argv()))
     declared.setdefault("flint-query", set()).add(_line(tools.flint_query_argv("<device>")))
     declared.setdefault("scontrol-node", set()).add(_line(slurm.show_argv()))
+    # the burn loop (gpuctl/validation/burn_collect.py runs these, built by burn.py)
+    rules = burn.rules()
+    dmon = burn.dmon_argv(60, rules.dmon_interval_s)
+    declared.setdefault("dmon", set()).add(_line((*dmon[:-3], "<interval>", "-c", "<samples>")))
+    declared["dcgm-diag"] |= {_line(burn.stress_argv(i, "<s>")) for i in (0, 1)}
+    declared["nccl"].add(_line(burn.nccl_argv("<gpus>")))
     commands = commands_by_kind()
     assert set(commands) <= set(registry()), "a command listed for a kind no parser reads"
     assert {kind: set(lines) for kind, lines in commands.items()} == declared
@@ -70,7 +76,13 @@ def test_every_listed_command_comes_from_where_it_is_run() -> None:
 def test_the_commands_the_issue_named_are_the_real_ones() -> None:
     commands = commands_by_kind()
     assert commands["xid"] == ["journalctl -t kernel -b --no-pager -o short-iso"]
-    assert commands["dcgm-diag"] == ["dcgmi diag -r 2", "dcgmi diag -r 3"]
+    assert commands["dcgm-diag"] == [
+        "dcgmi diag -r 2",
+        "dcgmi diag -r 3",
+        "dcgmi diag -r 4",
+        "dcgmi diag -r targeted_stress -p targeted_stress.test_duration=<s>",
+        "dcgmi diag -r targeted_power -p targeted_power.test_duration=<s>",
+    ]
     # every collective on each node, then all_reduce across the nodes of a group
     assert [c.split(" ", 1)[0] for c in commands["nccl"][:5]] == [
         "all_reduce_perf",

@@ -16,9 +16,12 @@ class Level(StrEnum):
     QUICK = "quick"
     STANDARD = "standard"
     LONG = "long"
+    # acceptance of new hardware: long, then DCGM r4 and the burn loop for `--duration`
+    # (gpuctl/validation/burn.py); asked for on the command line only (rules refuse it here)
+    BURN = "burn"
 
 
-# the level names, in order (quick < standard < long)
+# the level names, in order (quick < standard < long < burn)
 LEVELS: tuple[str, ...] = tuple(level.value for level in Level)
 
 

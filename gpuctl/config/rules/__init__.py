@@ -19,7 +19,12 @@ from gpuctl.config.rules.nodes import (
     check_rails,
     node_index,
 )
-from gpuctl.config.rules.settings import check_rollout, check_ssh, check_thresholds_enforced
+from gpuctl.config.rules.settings import (
+    check_levels,
+    check_rollout,
+    check_ssh,
+    check_thresholds_enforced,
+)
 from gpuctl.config.rules.slurm import check_slurm
 from gpuctl.config.rules.software import check_slurm_source, check_software
 
@@ -39,6 +44,7 @@ def check_rules(cluster: Cluster) -> None:
     check_slurm_source(cluster, out)
     check_ssh(cluster, out)
     check_rollout(cluster, nodes, out)
+    check_levels(cluster, out)
     check_group_name_collisions(cluster, out)
     check_thresholds_enforced(cluster, out)
     check_rails(cluster, out)

@@ -79,6 +79,23 @@ def check_thresholds_enforced(cluster: Cluster, out: list[tuple[Loc, str]]) -> N
                 )
 
 
+_BURN_ONLY_ASKED = (
+    "burn runs for a duration asked for on the command line "
+    "(gpuctl validate --level burn --duration 4h), not as a default level"
+)
+
+
+def check_levels(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
+    """The burn level is asked for with its duration, never a default of cluster.yml."""
+    places: list[tuple[Loc, Any]] = [(("validation", "level"), cluster.validation.level)]
+    for i, group in enumerate(cluster.node_groups):
+        places.append((("node_groups", i, "validation", "level"), group.validation.level))
+    places.append((("rollout", "validate_level"), cluster.rollout.validate_level))
+    for loc, level in places:
+        if level is not None and level.value == "burn":
+            out.append((loc, f"not supported here: {_BURN_ONLY_ASKED}"))
+
+
 def check_ssh(cluster: Cluster, out: list[tuple[Loc, str]]) -> None:
     if cluster.ssh.user != "root" and not cluster.ssh.become:
         out.append(

@@ -119,8 +119,16 @@ def _global_errors(profile: Profile, faults: Faults, gpus: list[Gpu], test: str)
     ] * len(gpus)
 
 
-def diag(profile: Profile, faults: Faults, node: str, level: int) -> tuple[str, int]:
-    """(output, exit status) of ``dcgmi diag -r level``."""
+# the tests ``dcgmi diag -r <name>`` runs on its own (the burn loop's); DCGM's default
+# test_duration of targeted_power (DCGM user guide; targeted_stress's own default is shorter)
+STRESS_TESTS = ("targeted_stress", "targeted_power")
+DEFAULT_DURATION_S = 120
+
+
+def diag(
+    profile: Profile, faults: Faults, node: str, level: int, only: str | None = None
+) -> tuple[str, int]:
+    """(output, exit status) of ``dcgmi diag -r level``, or of ``-r <only>`` (that test alone)."""
     gpus = visible_gpus(profile, faults, node)
     device_id = profile["gpus"]["device_id"].lower()[2:6]
     lines = [
@@ -135,7 +143,7 @@ def diag(profile: Profile, faults: Faults, node: str, level: int) -> tuple[str, 
     ]
     failed = False
     for category in _SECTIONS:
-        tests = [name for lvl, name in _TESTS[category] if lvl <= level]
+        tests = [name for lvl, name in _TESTS[category] if (name == only if only else lvl <= level)]
         if not tests:
             continue
         lines.append(_section(category))

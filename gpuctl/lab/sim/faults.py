@@ -292,6 +292,22 @@ def _throttle(text: str) -> list[int] | str:
     return sorted({_int(part, "clocks_throttled GPU", 0, 63) for part in text.split(",")})
 
 
+def _hot(text: str) -> list[int]:
+    return sorted({_int(part, "thermal_throttle GPU", 0, 63) for part in text.split(",")})
+
+
+def _drift(text: str) -> float:
+    if not text.strip():
+        return 8.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise FaultError(f"nccl_drift: expected a percentage such as 8, got {text!r}") from None
+    if not 0.0 < value < 100.0:
+        raise FaultError(f"nccl_drift: {value} is outside (0, 100)")
+    return value
+
+
 def _gdr(text: str) -> list[int] | str:
     if text.strip().lower() in ("", "all"):
         return "all"
@@ -428,6 +444,19 @@ SPECS: dict[str, FaultSpec] = {
         FaultSpec("fabricmanager_version", "VERSION", "fabric manager version differs", _version),
         FaultSpec("clocks_throttled", "[all|GPU,...]", "HW Slowdown clock event active", _throttle),
         FaultSpec(
+            "thermal_throttle",
+            "GPU[,GPU...]",
+            "under sustained load (DCGM stress) the GPU reaches its slowdown temperature: dmon "
+            "shows it hot with clocks down, its HW thermal slowdown counter grows",
+            _hot,
+        ),
+        FaultSpec(
+            "nccl_drift",
+            "[PCT]",
+            "every DCGM stress run takes PCT % (default 8) off the next all_reduce runs' busbw",
+            _drift,
+        ),
+        FaultSpec(
             "slow_node", "FACTOR", "every bandwidth times FACTOR", lambda v: _factor(v, "slow_node")
         ),
         FaultSpec("firmware", "TARGET=VERSION", "a firmware version overridden", _firmware, True),
@@ -486,7 +515,7 @@ def clear(faults: Mapping[str, Any], name: str | None = None) -> Faults:
 def _gpus_named(name: str, value: Any) -> list[int]:
     if name in ("gpu_lost", "clocks_throttled", "gpudirect_broken"):
         return [] if value == "all" else [int(v) for v in value]
-    if name == "pcie_acs":
+    if name in ("pcie_acs", "thermal_throttle"):
         return [int(v) for v in value]
     if name == "xid":
         return [int(event["gpu"]) for event in value]

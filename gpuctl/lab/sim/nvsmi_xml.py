@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
+from . import load
 from .common import Faults, Profile
 from .nvsmi import gpu_values, selected_gpus
 
@@ -430,7 +431,8 @@ def query_xml(
         # the XML prints hex ids without "0x" (pci_bus 81, pci_device_id 233010DE)
         for key in ("pci_bus", "device_id", "subsys_id"):
             text[f"xml_{key}"] = escape(str(values[key]).removeprefix("0x"))
-        text["xml_hw_therm_us"] = "1520000" if values["cer_hw"] == "Active" else "0"
+        hot = 1520000 if values["cer_hw"] == "Active" else 0
+        text["xml_hw_therm_us"] = str(hot + load.hw_thermal_us(faults, node, gpu))
         parts.append(template.format(**text))
         parts.append("\n")
     parts.append("</nvidia_smi_log>\n")

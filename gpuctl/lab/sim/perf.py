@@ -13,6 +13,7 @@ from typing import Any
 
 from .common import Faults, Hca, Profile, digest, fabric_ok, hcas, nccl_factor, visible_gpus
 from .ib import port_traffic
+from .load import nccl_drift
 
 NCCL_TESTS_VERSION = "2.17.9"
 NCCL_CODE = "22602"  # NCCL 2.26.2
@@ -122,6 +123,8 @@ def nccl_perf(profile: Profile, faults: Faults, node: str, args: NcclArgs, colle
         )
     n = args.gpus
     target = target_busbw(profile, faults, collective)
+    if collective == "all_reduce":  # after stress runs, with the nccl_drift fault (lab.sim.load)
+        target *= nccl_drift(faults, node)
     ranks = []
     for rank, gpu in enumerate(gpus[:n]):
         busid = gpu.bus_id[4:].removesuffix(".0").lower()  # %04x:%02x:%02x: 0000:18:00

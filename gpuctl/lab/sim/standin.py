@@ -28,6 +28,7 @@ from . import (
     fabric,
     ib,
     kernel,
+    load,
     mft,
     mlxlink,
     nvbandwidth,
@@ -180,6 +181,8 @@ def _smi(profile: Profile, faults: Faults, node: str, args: list[str], io: _Out)
     if not visible_gpus(profile, faults, node):
         io.out("No devices were found\n")
         return 6
+    if args[:1] == ["dmon"]:  # the GPUs over time (lab.sim.load)
+        return load.dmon_main(profile, faults, node, args[1:], io.out, io.err)
     if args[:1] == ["topo"]:
         if args[1:] in (["-m"], ["--matrix"]):
             io.out(nvsmi.topo(profile, faults, node))
@@ -670,6 +673,12 @@ def _dcgmi(profile: Profile, faults: Faults, node: str, args: list[str], io: _Ou
     for i, arg in enumerate(rest):
         if arg in ("-r", "--run") and i + 1 < len(rest):
             level = _DCGM_LEVELS.get(rest[i + 1])
+            if rest[i + 1] in dcgm.STRESS_TESTS:  # one test, for test_duration (lab.sim.load)
+                test = rest[i + 1]
+                load.stress(node, load.stress_params(rest, test) or dcgm.DEFAULT_DURATION_S)
+                text, status = dcgm.diag(profile, faults, node, 3, only=test)
+                io.out(text)
+                return status
     if level is None:
         io.err("Error: Invalid or missing run (-r) argument. Valid levels: 1, 2, 3, 4.\n")
         return 1

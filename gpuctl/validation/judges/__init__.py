@@ -13,6 +13,7 @@ comparison (:mod:`gpuctl.validation.judges.consistency`) once over every node's 
 from __future__ import annotations
 
 from gpuctl.validation.judges import (
+    burn,
     consistency,
     counters,
     dcgm,
@@ -62,4 +63,5 @@ NODE_JUDGES: tuple[Judge, ...] = (
     node.judge_mounts,
     node.judge_clock,
     node.judge_hugepages,
+    burn.judge_burn,
 )

@@ -74,6 +74,8 @@ REQUIRED: dict[int, frozenset[str]] = {
         | {"memory_bandwidth", "targeted_stress", "targeted_power"}
     ),
 }
+# -r 4 (the burn level) adds the memory test and the pulse test (same sources)
+REQUIRED[4] = REQUIRED[3] | {"memtest", "pulse_test"}
 OPTIONAL = frozenset(
     {"eud", "cpu_eud", "nvbandwidth", "context_create", "memtest", "pulse_test", "sm_stress"}
     | {"nvlink", "fabric_manager"}

@@ -244,6 +244,37 @@ def _clocks_event_reasons(gpu: Node) -> tuple[str | None, dict[str, bool | None]
     return name, out
 
 
+# the clock event counters (microseconds each reason held the clocks down since the driver
+# loaded; R535 and later): the text layout's names and the XML's keys, read as one name each
+_COUNTER_NAMES = {
+    "sw_power_capping": "sw_power_cap",
+    "sw_power_cap": "sw_power_cap",
+    "sync_boost": "sync_boost",
+    "sw_thermal_slowdown": "sw_thermal_slowdown",
+    "sw_therm_slowdown": "sw_thermal_slowdown",
+    "hw_thermal_slowdown": "hw_thermal_slowdown",
+    "hw_therm_slowdown": "hw_thermal_slowdown",
+    "hw_power_braking": "hw_power_brake",
+    "hw_power_brake": "hw_power_brake",
+}
+_COUNTER_PREFIX = re.compile(r"^clocks_(?:event|throttle)_reasons_counters_")
+
+
+def _clocks_event_counters(gpu: Node) -> dict[str, int | float | None] | None:
+    sec = find_section(
+        gpu, ("clocks_event_reasons_counters",), ("clocks_throttle_reasons_counters",)
+    )
+    if sec is None:
+        return None
+    out: dict[str, int | float | None] = {}
+    for child in sec.children:
+        if child.value is None:
+            continue
+        key = _COUNTER_PREFIX.sub("", child.key)
+        out[_COUNTER_NAMES.get(key, key)] = read_num(child.value)
+    return out
+
+
 def _fabric(gpu: Node) -> dict[str, Any] | None:
     sec = find_section(gpu, ("fabric",))
     if sec is None:
@@ -364,6 +395,7 @@ def _gpu(node: Node, index: int, bus_id: str | None) -> dict[str, Any]:
         "pcie": _pcie(node),
         "clocks_event_reasons_name": reasons_name,
         "clocks_event_reasons": reasons,
+        "clocks_event_counters_us": _clocks_event_counters(node),
         "memory_mib": (
             None
             if memory is None
@@ -590,6 +622,10 @@ class GpuRecord:
     mig_mode: str | None = None  # MIG Mode, Current ("Disabled")
     power_limit_w: int | float | None = None  # the enforced power limit
     applications_clocks_mhz: tuple[int | float | None, int | float | None] | None = None
+    # the burn level's reads (judges/burn.py): microseconds per clock event reason (None: the
+    # driver prints no counters), the temperature at which the GPU slows itself down
+    clocks_event_counters_us: Mapping[str, int | float | None] | None = None
+    slowdown_c: int | float | None = None
 
     @property
     def subject(self) -> str:
@@ -657,6 +693,7 @@ def _gpu_record(gpu: Mapping[str, Any], position: int) -> GpuRecord:
     mig, power = _section(gpu, "mig_mode"), _section(gpu, "power")
     clocks = _section(gpu, "applications_clocks_mhz")
     reasons = _section(gpu, "clocks_event_reasons") or {}
+    counters, temperature = _section(gpu, "clocks_event_counters_us"), _section(gpu, "temperature")
     minor = gpu.get("minor_number")
     return GpuRecord(
         index=_whole(gpu.get("index", position)),
@@ -696,6 +733,10 @@ def _gpu_record(gpu: Mapping[str, Any], position: int) -> GpuRecord:
             if clocks is None
             else (_number(clocks.get("graphics")), _number(clocks.get("memory")))
         ),
+        clocks_event_counters_us=(
+            None if counters is None else {str(k): _number(v) for k, v in counters.items()}
+        ),
+        slowdown_c=None if temperature is None else _number(temperature.get("slowdown_c")),
     )
 
 
