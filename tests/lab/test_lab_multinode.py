@@ -9,12 +9,16 @@ Slurm's mpi/pmix plugin loads, the slurm_controller role does not (yet), so srun
 on gpu003 (its NCCL bandwidth halved) fails exactly gpu003 with the locator's finding, and
 `--drain-failed` drains exactly gpu003. Then each rail runs alone (the lab's adapters are
 rails, gpuctl/validation/rails.py): `ib_rate` on one port of gpu002 passes the group's run and
-fails that rail's run on gpu002 alone. Every test leaves the lab healthy and undrained.
+fails that rail's run on gpu002 alone. At `--level burn` (long, then a minute of DCGM stress
+runs and all_reduce sampled by nvidia-smi dmon), a GPU that throttles under load fails its node
+on burn.throttle and a node whose bandwidth sags from run to run fails on burn.nccl.drift, the
+third node passes every burn check. Every test leaves the lab healthy and undrained.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -121,6 +125,43 @@ def test_a_slow_rail_passes_the_groups_run_and_fails_its_own_on_its_node(
     assert bad["gpu002", "mlx5_2"][0] is Verdict.FAIL, bad
     assert "runs with gpu002 reach" in bad["gpu002", "mlx5_2"][1], bad
     assert res.failed_nodes == ["gpu002"], _problems(res)
+
+
+def test_burn_finds_the_gpu_that_throttles_and_the_node_that_drifts(
+    cluster: Path, tmp_path: Path
+) -> None:
+    lab.inject_fault("gpu002", "thermal_throttle", "3")
+    lab.inject_fault("gpu003", "nccl_drift", "8")
+    try:
+        res = validate(load_cluster(cluster), level="burn", out=tmp_path / "burn", burn_s=60)
+    finally:
+        lab.clear_faults("gpu002")
+        lab.clear_faults("gpu003")
+    problems = _problems(res)
+    assert set(problems) == {"gpu002", "gpu003"}, problems
+    assert {p.split(":", 1)[0] for p in problems["gpu002"]} == {"burn.throttle"}, problems
+    throttle = _burn_checks(res, "gpu002", "burn.throttle")
+    assert [s for s, (v, _) in throttle.items() if v is not Verdict.OK] == ["GPU3"], throttle
+    # at most a run later it is also below the floor (burn.nccl)
+    assert "burn.nccl.drift" in {p.split(":", 1)[0] for p in problems["gpu003"]}, problems
+    assert {p.split(":", 1)[0] for p in problems["gpu003"]} <= {"burn.nccl", "burn.nccl.drift"}
+    healthy = _burn_checks(res, "gpu001")
+    assert {v for v, _ in healthy.values()} == {Verdict.OK}, healthy
+    assert healthy["burn.samples", "GPU0"][1] == "7 dmon samples of 7 asked for", healthy
+    assert {v for v, _ in _checks(res, CHECK).values()} == {Verdict.OK}, _checks(res, CHECK)
+
+
+def _burn_checks(
+    result: ValidateResult, node: str, check: str | None = None
+) -> dict[Any, tuple[Verdict, str]]:
+    nr = next(n for n in result.report.nodes if n.node == node)
+    if check is not None:
+        return {c.subject: (c.verdict, c.message) for c in nr.checks if c.check == check}
+    return {
+        (c.check, c.subject): (c.verdict, c.message)
+        for c in nr.checks
+        if c.check.startswith("burn.")
+    }
 
 
 def test_slow_node_is_located_and_drained_alone(cluster: Path, tmp_path: Path) -> None:

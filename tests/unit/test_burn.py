@@ -23,6 +23,7 @@ from gpuctl.validation.api import judge_bundle, validate
 from gpuctl.validation.expect import NodeExpectation, expectations
 from gpuctl.validation.judges.base import ProbeOutput
 from gpuctl.validation.judges.burn import judge_burn
+from gpuctl.validation.reports.html import render_html
 from gpuctl.validation.results import CheckResult, Verdict
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -125,6 +126,15 @@ def test_a_healthy_burn_passes_every_node_on_every_burn_check(
     assert meta["nccl.burn0"]["command"] == "all_reduce_perf -b 8G -e 8G -f 2 -g 8"
     assert meta["dmon"]["command"] == "nvidia-smi dmon -s pucv -o DT -d 1 -c 4"
     assert json.loads((res.bundle / "bundle.json").read_text())["burn_s"] == 3
+    # the time series of the report, and the HTML's charts of it
+    series = res.report.extra["burn"]["gpu001"]
+    assert sorted(series) == ["gtemp", "nccl", "pclk", "pwr"]
+    assert sorted(series["gtemp"]) == [f"GPU{i}" for i in range(8)]
+    assert len(series["gtemp"]["GPU0"]) == 4
+    assert [run for run, _ in series["nccl"]] == list(range(len(series["nccl"])))
+    html = render_html(res.report)
+    assert "<h2>Burn-in: the loop over time</h2>" in html
+    assert html.count('aria-label="GPU temperature, C"') == 3
     # the saved bundle is judged again with its duration
     again = judge_bundle(load_cluster(cluster_yml), res.bundle)
     assert not again.report.failed

@@ -8,6 +8,7 @@ that form; the generators only read it. Standard library only: this module runs 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -296,16 +297,17 @@ def _hot(text: str) -> list[int]:
     return sorted({_int(part, "thermal_throttle GPU", 0, 63) for part in text.split(",")})
 
 
-def _drift(text: str) -> float:
-    if not text.strip():
-        return 8.0
-    try:
-        value = float(text)
-    except ValueError:
-        raise FaultError(f"nccl_drift: expected a percentage such as 8, got {text!r}") from None
+def _drift(text: str) -> dict[str, float]:
+    """PCT, and when the fault was set: only the stress runs after it count (lab.sim.load)."""
+    value = 8.0
+    if text.strip():
+        try:
+            value = float(text)
+        except ValueError:
+            raise FaultError(f"nccl_drift: expected a percentage such as 8, got {text!r}") from None
     if not 0.0 < value < 100.0:
         raise FaultError(f"nccl_drift: {value} is outside (0, 100)")
-    return value
+    return {"pct": value, "since": round(time.time(), 3)}
 
 
 def _gdr(text: str) -> list[int] | str:

@@ -15,8 +15,8 @@ they have had (``load.json`` in the simulator's state directory). What reads tha
 
 Faults: ``thermal_throttle=GPU`` (under load the GPU reaches its slowdown temperature: dmon
 shows it hot, clocks down and ``tviol`` 1, and a quarter of its stress time is counted as HW
-thermal slowdown); ``nccl_drift=PCT`` (every stress run the node has had takes PCT % off the
-next all_reduce runs' busbw: a node that degrades as it stays loaded).
+thermal slowdown); ``nccl_drift=PCT`` (every stress run the node has had since the fault was
+set takes PCT % off the next all_reduce runs' busbw: a node that degrades as it stays loaded).
 """
 
 from __future__ import annotations
@@ -43,20 +43,19 @@ def _file(node: str) -> str:
     return LOAD_FILE.format(node="".join(c if c.isalnum() or c in "-_" else "_" for c in node))
 
 
-def _state(node: str) -> dict[str, float]:
-    mine = read_state_file(state_dir(), _file(node))
-    return {k: float(v) for k, v in mine.items()}
+def _state(node: str) -> dict[str, Any]:
+    return read_state_file(state_dir(), _file(node))
 
 
 def stress(node: str, seconds: int) -> None:
     """One stress run of ``seconds``: the GPUs loaded until it ends, then counted."""
     directory = state_dir()
-    mine: dict[str, Any] = dict(_state(node))
+    mine = dict(_state(node))
     mine["until"] = time.time() + seconds
     write_state_file(directory, _file(node), mine)
     time.sleep(seconds)
     mine["stress_s"] = float(mine.get("stress_s", 0.0)) + seconds
-    mine["runs"] = int(mine.get("runs", 0)) + 1
+    mine["ends"] = [*list(mine.get("ends") or [])[-999:], time.time()]
     mine["until"] = 0.0
     write_state_file(directory, _file(node), mine)
 
@@ -70,16 +69,18 @@ def hw_thermal_us(faults: Faults, node: str, gpu: Gpu) -> int:
     """The GPU's HW thermal slowdown counter (us) from its stress time so far."""
     if not _throttled(faults, gpu):
         return 0
-    return int(_state(node).get("stress_s", 0.0) * THROTTLED_SHARE * 1_000_000)
+    return int(float(_state(node).get("stress_s", 0.0)) * THROTTLED_SHARE * 1_000_000)
 
 
 def nccl_drift(faults: Faults, node: str) -> float:
-    """The busbw factor of the node's all_reduce runs after the stress it has had."""
-    pct = faults.get("nccl_drift")
-    if not pct:
+    """The busbw factor of the node's all_reduce runs after the stress runs it has had since
+    the fault was set."""
+    fault = faults.get("nccl_drift")
+    if not fault:
         return 1.0
-    runs = int(_state(node).get("runs", 0.0))
-    return float((1.0 - float(pct) / 100.0) ** runs)
+    since = float(fault["since"])
+    runs = sum(1 for end in _state(node).get("ends") or () if float(end) > since)
+    return float((1.0 - float(fault["pct"]) / 100.0) ** runs)
 
 
 def _values(profile: Profile, faults: Faults, node: str, gpu: Gpu, loaded: bool) -> list[str]:
@@ -157,7 +158,7 @@ def dmon(
         if sample:
             time.sleep(delay)
         now = time.time()
-        loaded = now < _state(node).get("until", 0.0)
+        loaded = now < float(_state(node).get("until", 0.0))
         stamp = ""
         if date:
             stamp += f" {time.strftime('%Y%m%d', time.localtime(now))}    "

@@ -167,6 +167,76 @@ def _line_chart(series: dict[str, list[list[float]]], threshold: float | None) -
     return "".join(parts)
 
 
+_PALETTE = ("#1565c0", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#ad1457", "#5d4037", "#455a64")
+
+
+def _series_chart(
+    series: dict[str, list[list[float]]], label: str, x_label: str, mark: float | None = None
+) -> str:
+    """One line per series on linear axes (the burn loop's time series)."""
+    points = [(x, y) for rows in series.values() for x, y in rows]
+    if not points:
+        return ""
+    w, h, left, bottom = 640, 220, 50, 30
+    x1 = max(x for x, _ in points) or 1.0
+    y0 = min([y for _, y in points] + ([mark] if mark else []))
+    y1 = max([y for _, y in points] + ([mark] if mark else []))
+    pad = (y1 - y0) * 0.1 or 1.0
+    y0, y1 = max(0.0, y0 - pad), y1 + pad
+
+    def px(x: float) -> float:
+        return left + x / x1 * (w - left - 10)
+
+    def py(y: float) -> float:
+        return h - bottom - (y - y0) / (y1 - y0) * (h - bottom - 10)
+
+    parts = [
+        f'<svg width="{w}" height="{h}" role="img" aria-label="{escape(label)}">',
+        f'<line x1="{left}" y1="{h - bottom}" x2="{w}" y2="{h - bottom}" stroke="#555"/>',
+        f'<line x1="{left}" y1="0" x2="{left}" y2="{h - bottom}" stroke="#555"/>',
+        f'<text x="{left}" y="{h - 8}">{escape(x_label)} -&gt; (max {x1:g})</text>',
+        f'<text x="4" y="12">{escape(label)} ({y0:.0f} to {y1:.0f})</text>',
+    ]
+    if mark:
+        parts.append(
+            f'<line x1="{left}" y1="{py(mark):.1f}" x2="{w}" y2="{py(mark):.1f}" '
+            f'stroke="#c62828" stroke-dasharray="4"/>'
+        )
+    for i, (name, rows) in enumerate(sorted(series.items())):
+        colour = _PALETTE[i % len(_PALETTE)]
+        pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in rows)
+        parts.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{pts}">'
+            f"<title>{escape(name)}</title></polyline>"
+        )
+        if i < 16:
+            parts.append(
+                f'<rect x="{w - 70}" y="{10 + i * 12}" width="8" height="8" fill="{colour}"/>'
+                f'<text x="{w - 58}" y="{18 + i * 12}">{escape(name)}</text>'
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+_BURN_CHARTS = (
+    ("gtemp", "GPU temperature, C", "seconds"),
+    ("pclk", "SM clock, MHz", "seconds"),
+    ("pwr", "power, W", "seconds"),
+    ("nccl", "all_reduce busbw, GB/s", "run of the loop"),
+)
+
+
+def _burn(node: str, data: dict[str, Any], threshold: float | None) -> str:
+    charts = []
+    for key, label, x_label in _BURN_CHARTS:
+        value = data.get(key)
+        series = {"busbw": value} if key == "nccl" and value else value
+        if series:
+            mark = threshold if key == "nccl" else None
+            charts.append(_series_chart(series, label, x_label, mark))
+    return f"<details open><summary>{escape(node)}</summary>{''.join(charts)}</details>"
+
+
 def _bars(values: dict[str, float], threshold: float | None, line_rate: float | None) -> str:
     if not values:
         return ""
@@ -247,12 +317,14 @@ def render_html(report: ValidationReport) -> str:
     topo_all: dict[str, Any] = extra.get("topology") or {}
     nccl_all: dict[str, list[list[float]]] = extra.get("nccl") or {}
     ib_all: dict[str, dict[str, float]] = extra.get("ib_write_bw") or {}
+    burn_all: dict[str, dict[str, Any]] = extra.get("burn") or {}
+    burning = {n: burn_all[n] for n in _pick(report, burn_all, "burn.")}
     topo = {n: topo_all[n] for n in _pick(report, topo_all, "topology")}
     nccl = {n: nccl_all[n] for n in _pick(report, nccl_all, "nccl")}
     ib = {n: ib_all[n] for n in _pick(report, ib_all, "ib.write_bw")}
     shown = (
         f"<p>Charts show up to {MAX_CHARTS} nodes per section, those with problems first.</p>"
-        if max(len(topo_all), len(nccl_all), len(ib_all)) > MAX_CHARTS
+        if max(len(topo_all), len(nccl_all), len(ib_all), len(burn_all)) > MAX_CHARTS
         else ""
     )
     body = [
@@ -283,6 +355,10 @@ def render_html(report: ValidationReport) -> str:
                 f"<h3>{escape(node)}</h3>"
                 + _bars(values, extra.get("ib_write_bw_threshold"), extra.get("ib_line_rate"))
             )
+    if burning:
+        body.append("<h2>Burn-in: the loop over time</h2>")
+        for node, data in sorted(burning.items()):
+            body.append(_burn(node, data, extra.get("nccl_threshold")))
     body += ["<h2>Problems</h2>", _problem_rows(report)]
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
