@@ -34,6 +34,10 @@ an 8-GPU node are far lower.
   not per-node probes and not in this table: they run after every node's own probes, at most
   ``validation.multinode.max_runs`` runs of at most 11 min each per group (typically one run
   of a few minutes).
+- ``burn`` (asked for with ``--duration``; budget 228 min plus the duration): long with
+  ``dcgmi diag -r 4`` instead of ``-r 3``, then the burn loop for the duration
+  (:mod:`gpuctl.validation.burn`: DCGM stress runs and all_reduce_perf sampled by
+  ``nvidia-smi dmon``), before the multi-node phase.
 """
 
 from __future__ import annotations

@@ -151,28 +151,29 @@ CASES = [
         also=frozenset({"topology.p2p", "p2p.read", "p2p.write"}),
         more=(("p2p_disabled", "5", "topology.p2p", "peer reads CNS (Chipset not supported)"),),
     ),
-    # NVLink error counters that grow during the GPU tests (read before and after them)
-    Case("nvlink_errors", "3:5", "gpu.nvlink.errors", "link 5 Replay Errors +", level="standard"),
-    Case("nccl_wrong", "3", "nccl.wrong", "", level="standard", also=NCCL),
+    # wrong results from NCCL and, in the same run, one GPU's copies to and from the host at half
+    # speed, its PCIe link at full width (nvbandwidth, the one DCGM 4 ships; nvidia-smi shows
+    # nothing wrong)
+    Case(
+        "nccl_wrong",
+        "3",
+        "nccl.wrong",
+        "",
+        level="standard",
+        also=NCCL | {"pcie.h2d", "pcie.d2h"},
+        more=(("pcie_copy_slow", "2", "pcie.h2d", "< 48"),),
+    ),
     # one collective slow, the others (all_reduce among them) as they were: alltoall loads every
-    # GPU pair's path, where a ring all_reduce does not show a slow one
+    # GPU pair's path, where a ring all_reduce does not show a slow one; with it, NVLink error
+    # counters that grow during the GPU tests (read before and after them)
     Case(
         "nccl_collective_slow",
         "alltoall:0.6",
         "nccl.alltoall.busbw",
         "< 324",
         level="standard",
-        also=frozenset({"nccl.alltoall.busbw.fleet"}),
-    ),
-    # one GPU's copies to and from the host at half speed, its PCIe link at full width
-    # (nvbandwidth, the one DCGM 4 ships; nvidia-smi shows nothing wrong)
-    Case(
-        "pcie_copy_slow",
-        "2",
-        "pcie.h2d",
-        "< 48",
-        level="standard",
-        also=frozenset({"pcie.d2h"}),
+        also=frozenset({"nccl.alltoall.busbw.fleet", "gpu.nvlink.errors"}),
+        more=(("nvlink_errors", "3:5", "gpu.nvlink.errors", "link 5 Replay Errors +"),),
     ),
     # the PCIe tree (lspci): ACS redirection on the switch port above GPU2, and mlx5_3's link
     # trained down to x8 (nvidia-smi and ibstat see nothing wrong); GPU3's copies with its
