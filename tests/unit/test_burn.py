@@ -54,7 +54,7 @@ def test_durations_read_as_operators_write_them() -> None:
         600,
     ]
     assert burn.show_duration(5400) == "1h30m"
-    for bad in ("", "4", "4x", "h", "-1h", "1.5h", "10s", "8d"):
+    for bad in ("", "4", "4x", "h", "-1h", "1.5h", "29s", "8d"):
         with pytest.raises(UsageError, match="--duration"):
             burn.parse_duration(bad)
 
