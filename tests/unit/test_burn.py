@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -322,3 +323,34 @@ def test_drift_is_each_run_against_the_best_before_it(cluster_yml: Path) -> None
     assert sagging[0].message == "run 2 was 8.3 % below the best earlier run (480.0 GB/s)"
     [one] = _drift(exp, [(0, 480.0)])
     assert one.verdict is Verdict.UNKNOWN
+
+
+def test_a_long_burn_is_drawn_in_buckets_that_keep_the_peak_and_the_lowest_clock() -> None:
+    from gpuctl.validation.reports.charts import MAX_POINTS, burn_series
+
+    # a week-long dmon of one GPU at 10 s in the -o DT layout the probe asks for (real
+    # columns: tests/fixtures/nvidia-smi/dmon-pucvmet-DT-interrupted.txt), one hot, slow sample
+    head = (
+        "#Date        Time         gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg"
+        "    ofa   mclk   pclk  pviol  tviol\n"
+        "#YYYYMMDD    HH:MM:SS     Idx      W      C      C      %      %      %      %      %"
+        "      %    MHz    MHz      %   bool\n"
+    )
+    rows = []
+    for i in range(3000):
+        hot = i == 1234
+        stamp = 1_700_000_000 + i * 10
+        day = time.strftime("%Y%m%d", time.gmtime(stamp))
+        clock = time.strftime("%H:%M:%S", time.gmtime(stamp))
+        temp, pclk = (91, 1005) if hot else (63, 1980)
+        rows.append(
+            f" {day}    {clock} {0:>7}{690:>7}{temp:>7}{69:>7}{100:>7}{41:>7}"
+            f"{0:>7}{0:>7}{0:>7}{0:>7}{2619:>7}{pclk:>7}{0:>7}{int(hot):>7}\n"
+        )
+    series = burn_series({burn.DMON_KIND: _out(burn.DMON_KIND, head + "".join(rows))})
+    temps = series["gtemp"]["GPU0"]
+    assert len(temps) <= MAX_POINTS
+    assert max(v for _, v in temps) == 91
+    assert min(v for _, v in series["pclk"]["GPU0"]) == 1005
+    assert temps[0][0] == 0.0
+    assert temps[-1][0] > 29_000  # seconds from the first sample, across midnight

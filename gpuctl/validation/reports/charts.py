@@ -113,7 +113,9 @@ def burn_series(outputs: Outputs) -> dict[str, Any]:
     """The burn loop's time series: dmon's columns per GPU, the busbw of each all_reduce run."""
     out: dict[str, Any] = {}
     got = outputs.get(burn.DMON_KIND)
-    if got is not None and got.failure() is None:
+    if got is None:  # not a burn: nothing of the loop to look for
+        return out
+    if got.failure() is None:
         parsed = got.parse_as(burn.DMON_KIND)
         if parsed.recognised:
             dmon = dmon_of(parsed.data)
