@@ -448,8 +448,10 @@ PROBES: tuple[Probe, ...] = (
         30,
         _levels(STANDARD, LONG),
         nvlinked,
-        after=AFTER_GPU_TESTS,
-        description="NVLink error counters again, after nccl-tests and DCGM",
+        # last, with the InfiniBand counters: after nccl-tests, DCGM, the burn loop and the
+        # multi-node runs of long (NCCL across nodes loads the NVLinks too)
+        after=AFTER_PAIRS,
+        description="NVLink error counters again, after the GPU tests and the multi-node runs",
     ),
     # InfiniBand port error counters, per HCA, read twice around every test of the level,
     # ib_write_bw between nodes included (port 1: each ConnectX port is its own device)

@@ -7,8 +7,10 @@ lab's simulator with the `nvlink_errors` fault on one node of three."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ROOT
@@ -161,3 +163,32 @@ def test_crc_errors_at_dcgms_rate_or_faster_fail(cluster_yml: Path) -> None:
     )
     assert judged(1000).verdict is Verdict.WARN
     assert judged(40).verdict is Verdict.WARN
+
+
+def test_errors_during_the_multinode_runs_of_long_are_seen(
+    cluster_yml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second read comes last, after the multi-node runs (NCCL across nodes loads the
+    NVLinks too): errors that grow only while srun runs fail the node at long."""
+    from test_multinode import SlurmSim, per_gpu, run_long
+
+    from gpuctl.lab.sim import nvsmi as sim_nvsmi
+    from gpuctl.lab.sim import ranks as sim_ranks
+
+    monkeypatch.setenv("GPUCTL_SIM_STATE_DIR", str(tmp_path / "state"))
+    per_gpu(cluster_yml)
+    grows = fault("nvlink_errors", "3:5")
+
+    class LoadsNvlinkAcrossNodes(SlurmSim):
+        def __call__(self, node: str, argv: list[str]) -> Any:
+            if argv[:1] == ["srun"]:  # the multi-node run loads gpu002's links
+                opts = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+                if "gpu002" in sim_ranks.expand(opts["nodelist"]):
+                    sim_nvsmi.nvlink_traffic(grows, "gpu002")
+            return super().__call__(node, argv)
+
+    res, _ = run_long(cluster_yml, LoadsNvlinkAcrossNodes())
+    failed = {n.node: sorted({c.check for c in n.problems()}) for n in res.report.nodes if n.failed}
+    assert failed == {"gpu002": [ERRORS]}
+    meta = json.loads((res.bundle / "gpu002" / "meta.json").read_text())["probes"]
+    assert meta[END]["sent_at"] > meta["nccl"]["received_at"]
