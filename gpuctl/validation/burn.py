@@ -4,9 +4,10 @@ A node at burn runs every probe of ``long`` (``dcgmi diag -r 4`` in place of ``-
 the burn loop (:mod:`gpuctl.validation.burn_collect` runs it, on the node's own connection):
 
 - ``nvidia-smi -q -x`` (``smi-xml.burn-start``): the GPUs' clock event counters before;
-- ``nvidia-smi dmon -s pucv -o DT -d <interval> -c <samples>`` (``dmon``) for the duration,
-  alongside the rest: power, temperatures, utilisation, clocks and violations per GPU over
-  time, the time series of the report;
+- ``nvidia-smi dmon -i <GPUs> -s pucv -o DT -d <interval> -c <samples>`` (``dmon``, and
+  ``dmon.1`` ... for GPUs 4-7 ...: one per four GPUs, the most some drivers' dmon monitors) for
+  the duration, alongside the rest: power, temperatures, utilisation, clocks and violations per
+  GPU over time, the time series of the report;
 - ``all_reduce_perf`` at 8 GiB over every GPU (``nccl.burn0``), then, until the duration is
   over, one DCGM stress run (``dcgmi diag -r targeted_stress``, then ``targeted_power``, in
   turn; ``dcgm-diag.burnN``) and another all_reduce run (``nccl.burnN``);
@@ -117,10 +118,29 @@ def dmon_samples(duration_s: int, interval_s: int) -> int:
     return max(1, duration_s // max(1, interval_s)) + 1
 
 
-def dmon_argv(duration_s: int, interval_s: int) -> tuple[str, ...]:
+# dmon's help of some drivers: "Monitoring is limited to a maximum of 4 devices. If no devices
+# are specified, then up to first 4 supported devices ... are used": one dmon per four GPUs,
+# each naming its GPUs (-i), is within that limit on every driver
+DMON_MAX_GPUS = 4
+
+
+def dmon_groups(gpu_count: int) -> list[tuple[int, ...]]:
+    """The GPUs of each dmon the loop runs: 0-3, 4-7, ..."""
+    every = list(range(gpu_count))
+    return [tuple(every[i : i + DMON_MAX_GPUS]) for i in range(0, gpu_count, DMON_MAX_GPUS)]
+
+
+def dmon_kind(group: int) -> str:
+    """The output kind of the dmon of GPU group ``group``: ``dmon``, ``dmon.1``, ..."""
+    return DMON_KIND if group == 0 else f"{DMON_KIND}.{group}"
+
+
+def dmon_argv(duration_s: int, interval_s: int, gpus: tuple[int, ...]) -> tuple[str, ...]:
     return (
         "nvidia-smi",
         "dmon",
+        "-i",
+        ",".join(str(g) for g in gpus),
         "-s",
         DMON_GROUPS,
         "-o",
@@ -165,7 +185,7 @@ def cycle_of(kind: str) -> int | None:
 
 def shown_commands() -> dict[str, list[tuple[str, ...]]]:
     """The loop's commands by parser kind, with placeholders (`gpuctl parse list`, docs)."""
-    dmon = ("nvidia-smi", "dmon", "-s", DMON_GROUPS, "-o", "DT", "-d", "<interval>")
+    dmon = ("nvidia-smi", "dmon", "-i", "<gpus>", "-s", DMON_GROUPS, "-o", "DT", "-d", "<interval>")
     return {
         DMON_KIND: [(*dmon, "-c", "<samples>")],
         "dcgm-diag": [stress_argv(i, "<s>") for i in range(len(STRESS_TESTS))],

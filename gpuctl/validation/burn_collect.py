@@ -57,15 +57,26 @@ def run(
     _one(state, session, run_fn, burn.SMI_START, ("nvidia-smi", "-q", "-x"), burn.SMI_TIMEOUT_S)
     start = time.monotonic()
     deadline = start + duration_s
-    dmon = burn.dmon_argv(duration_s, rules.dmon_interval_s)
-    # dmon ends by itself after its samples; the timeout only bounds a dmon that hangs
-    sampler = threading.Thread(
-        target=_one,
-        args=(state, session, run_fn, burn.DMON_KIND, dmon, duration_s + 120 + duration_s // 10),
-        name=f"dmon-{exp.node}",
-        daemon=True,
-    )
-    sampler.start()
+    # one dmon per four GPUs, each on its own channel; each ends by itself after its samples,
+    # the timeout only bounds a dmon that hangs
+    samplers = [
+        threading.Thread(
+            target=_one,
+            args=(
+                state,
+                session,
+                run_fn,
+                burn.dmon_kind(group),
+                burn.dmon_argv(duration_s, rules.dmon_interval_s, gpus),
+                duration_s + 120 + duration_s // 10,
+            ),
+            name=f"dmon-{exp.node}-{group}",
+            daemon=True,
+        )
+        for group, gpus in enumerate(burn.dmon_groups(exp.gpu_count))
+    ]
+    for sampler in samplers:
+        sampler.start()
     nccl = burn.nccl_argv(exp.gpu_count)
     multi_gpu = exp.gpu_count > 1
     if multi_gpu:
@@ -81,7 +92,8 @@ def run(
         _one(state, session, run_fn, burn.stress_kind(cycle), argv, seconds + burn.STRESS_SLACK_S)
         if multi_gpu and not stopped():
             _one(state, session, run_fn, burn.nccl_kind(cycle), nccl, burn.NCCL_TIMEOUT_S)
-    sampler.join()
+    for sampler in samplers:
+        sampler.join()
     if session.lost() is None:
         _one(state, session, run_fn, burn.SMI_END, ("nvidia-smi", "-q", "-x"), burn.SMI_TIMEOUT_S)
         _one(state, session, run_fn, burn.XID_END, XID_ARGV, burn.XID_TIMEOUT_S)

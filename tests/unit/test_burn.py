@@ -125,7 +125,9 @@ def test_a_healthy_burn_passes_every_node_on_every_burn_check(
     assert meta["dcgm-diag.burn1"]["command"].startswith("dcgmi diag -r targeted_stress -p ")
     assert meta["dcgm-diag.burn2"]["command"].startswith("dcgmi diag -r targeted_power -p ")
     assert meta["nccl.burn0"]["command"] == "all_reduce_perf -b 8G -e 8G -f 2 -g 8"
-    assert meta["dmon"]["command"] == "nvidia-smi dmon -s pucv -o DT -d 1 -c 4"
+    # one dmon per four GPUs (some drivers' dmon monitors at most four), each naming its GPUs
+    assert meta["dmon"]["command"] == "nvidia-smi dmon -i 0,1,2,3 -s pucv -o DT -d 1 -c 4"
+    assert meta["dmon.1"]["command"] == "nvidia-smi dmon -i 4,5,6,7 -s pucv -o DT -d 1 -c 4"
     assert json.loads((res.bundle / "bundle.json").read_text())["burn_s"] == 3
     # the time series of the report, and the HTML's charts of it
     series = res.report.extra["burn"]["gpu001"]
@@ -354,3 +356,23 @@ def test_a_long_burn_is_drawn_in_buckets_that_keep_the_peak_and_the_lowest_clock
     assert min(v for _, v in series["pclk"]["GPU0"]) == 1005
     assert temps[0][0] == 0.0
     assert temps[-1][0] > 29_000  # seconds from the first sample, across midnight
+
+
+def test_a_dmon_that_is_missing_leaves_its_four_gpus_unknown(cluster_yml: Path, fast: None) -> None:
+    res = _burn(cluster_yml)
+    folder = res.bundle / "gpu003"
+    meta = json.loads((folder / "meta.json").read_text())
+    del meta["probes"]["dmon.1"]
+    (folder / "dmon.1.txt").unlink()
+    (folder / "meta.json").write_text(json.dumps(meta))
+    again = judge_bundle(load_cluster(cluster_yml), res.bundle)
+    samples = {c.subject: c for c in _checks(again.report, "gpu003", "burn.samples")}
+    assert {s for s, c in samples.items() if c.verdict is Verdict.OK} == {
+        "GPU0",
+        "GPU1",
+        "GPU2",
+        "GPU3",
+    }
+    assert samples["GPU5"].verdict is Verdict.UNKNOWN
+    assert samples["GPU5"].message == "dmon.1: not collected"
+    assert again.failed_nodes == ["gpu003"]

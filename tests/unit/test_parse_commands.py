@@ -64,8 +64,11 @@ def test_every_listed_command_comes_from_where_it_is_run() -> None:
     declared.setdefault("scontrol-node", set()).add(_line(slurm.show_argv()))
     # the burn loop (gpuctl/validation/burn_collect.py runs these, built by burn.py)
     rules = burn.rules()
-    dmon = burn.dmon_argv(60, rules.dmon_interval_s)
-    declared.setdefault("dmon", set()).add(_line((*dmon[:-3], "<interval>", "-c", "<samples>")))
+    dmon = list(burn.dmon_argv(60, rules.dmon_interval_s, (0, 1)))
+    dmon[dmon.index("-i") + 1] = "<gpus>"
+    dmon[dmon.index("-d") + 1] = "<interval>"
+    dmon[dmon.index("-c") + 1] = "<samples>"
+    declared.setdefault("dmon", set()).add(_line(dmon))
     declared["dcgm-diag"] |= {_line(burn.stress_argv(i, "<s>")) for i in (0, 1)}
     declared["nccl"].add(_line(burn.nccl_argv("<gpus>")))
     commands = commands_by_kind()

@@ -134,8 +134,10 @@ def dmon(
     delay: int,
     count: int | None,
     write: Callable[[str], None],
+    indices: Sequence[int] | None = None,
 ) -> None:
-    """Print dmon's header, then a line per GPU every ``delay`` seconds, ``count`` times."""
+    """Print dmon's header, then a line per GPU (``indices``: those) every ``delay`` seconds,
+    ``count`` times."""
     date, clock = "D" in options, "T" in options
     names = [(n, u) for g in groups for n, u in _COLUMNS[g]]
     head, units = "", ""
@@ -152,7 +154,7 @@ def dmon(
     head += "".join(f"{n:>7}" for n, _ in names)
     units += "".join(f"{u:>7}" for _, u in names)
     write(head + "\n" + units + "\n")
-    gpus = visible_gpus(profile, faults, node)
+    gpus = [g for g in visible_gpus(profile, faults, node) if indices is None or g.index in indices]
     sample = 0
     while count is None or sample < count:
         if sample:
@@ -191,8 +193,9 @@ def dmon_main(
     err: Callable[[str], None],
 ) -> int:
     """``nvidia-smi dmon [-s GROUPS] [-o D|T|DT] [-d SECONDS] [-c COUNT]``."""
-    groups, options, delay, count = "puc", "", 1, None
+    groups, options, delay, count, only = "puc", "", 1, None, ""
     pairs = {"-s": "groups", "--select": "groups", "-o": "options", "--options": "options"}
+    pairs |= {"-i": "only", "--id": "only"}
     pairs |= {"-d": "delay", "--delay": "delay", "-c": "count", "--count": "count"}
     i = 0
     while i < len(args):
@@ -214,13 +217,20 @@ def dmon_main(
                 count = int(value)
         elif key == "groups":
             groups = value
+        elif key == "only":
+            only = value
         else:
             options = value.upper()
     why = dmon_usage(groups)
     if why is not None:
         err(why + "\n")
         return 2
-    dmon(profile, faults, node, groups, options, delay, count, out)
+    present = {str(g.index) for g in visible_gpus(profile, faults, node)}
+    asked = [part for part in only.split(",") if part] if only else sorted(present, key=int)
+    if any(part not in present for part in asked):
+        err(f"No devices were found with ID {','.join(p for p in asked if p not in present)}\n")
+        return 6
+    dmon(profile, faults, node, groups, options, delay, count, out, [int(p) for p in asked])
     return 0
 
 

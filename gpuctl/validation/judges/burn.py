@@ -25,7 +25,7 @@ from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, ProbeOutput, finding, node_judge, record
 from gpuctl.validation.judges.dcgm import DCGMI_EXIT, canonical
 from gpuctl.validation.parsers.dcgm import diag_of
-from gpuctl.validation.parsers.dmon import Dmon, dmon_of
+from gpuctl.validation.parsers.dmon import Dmon, dmon_of, merge_dmon
 from gpuctl.validation.parsers.kernel import kernel_log_of
 from gpuctl.validation.parsers.nccl import nccl_run_of
 from gpuctl.validation.parsers.nvsmi_gpu import SmiRecord, smi_of
@@ -124,31 +124,40 @@ def _duration(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
 
 
 def _dmon(exp: NodeExpectation, outputs: Outputs, out: list[CheckResult]) -> Dmon | None:
-    got = outputs.get(burn.DMON_KIND)
-    why = _usable(got)
-    if got is None or why is not None:
-        out.append(finding(exp, "burn.samples", Verdict.UNKNOWN, f"{burn.DMON_KIND}: {why}"))
-        return None
-    dmon = record(got.parse_as(burn.DMON_KIND), dmon_of)
+    """Every dmon's samples (one dmon per four GPUs), each GPU's count judged against the
+    samples asked for; None where no dmon output is usable."""
     rules = burn.rules()
     asked = burn.dmon_samples(exp.burn_s or 0, rules.dmon_interval_s)
     least = asked * rules.min_samples_pct / 100.0
-    for gpu in range(exp.gpu_count):
-        n = len(dmon.of_gpu(gpu))
-        verdict = Verdict.OK if n >= least else Verdict.UNKNOWN
-        out.append(
-            finding(
-                exp,
-                "burn.samples",
-                verdict,
-                f"{n} dmon samples of {asked} asked for"
-                + ("" if verdict is Verdict.OK else ": the sampling does not cover the burn"),
-                subject=f"GPU{gpu}",
-                measured=n,
-                expected=asked,
+    merged: list[Dmon] = []
+    for group, gpus in enumerate(burn.dmon_groups(exp.gpu_count)):
+        kind = burn.dmon_kind(group)
+        got = outputs.get(kind)
+        why = _usable(got)
+        if got is None or why is not None:
+            out += [
+                finding(exp, "burn.samples", Verdict.UNKNOWN, f"{kind}: {why}", subject=f"GPU{g}")
+                for g in gpus
+            ]
+            continue
+        dmon = record(got.parse_as(kind), dmon_of)
+        merged.append(dmon)
+        for gpu in gpus:
+            n = len(dmon.of_gpu(gpu))
+            verdict = Verdict.OK if n >= least else Verdict.UNKNOWN
+            out.append(
+                finding(
+                    exp,
+                    "burn.samples",
+                    verdict,
+                    f"{n} dmon samples of {asked} asked for"
+                    + ("" if verdict is Verdict.OK else ": the sampling does not cover the burn"),
+                    subject=f"GPU{gpu}",
+                    measured=n,
+                    expected=asked,
+                )
             )
-        )
-    return dmon
+    return merge_dmon(merged) if merged else None
 
 
 def _smi(out: ProbeOutput | None) -> SmiRecord | str:

@@ -155,3 +155,11 @@ def dmon_of(data: Mapping[str, Any]) -> Dmon:
             )
         )
     return Dmon(columns, tuple(samples))
+
+
+def merge_dmon(parts: Sequence[Dmon]) -> Dmon:
+    """Several dmons' samples as one (the burn loop runs one per four GPUs); the columns the
+    first shows (every dmon of a run is asked for the same ones)."""
+    if len(parts) == 1:
+        return parts[0]
+    return Dmon(parts[0].columns, tuple(s for p in parts for s in p.samples))

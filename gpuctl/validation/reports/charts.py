@@ -18,9 +18,10 @@ from typing import Any
 from gpuctl.validation import burn
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, threshold_value
-from gpuctl.validation.parsers.dmon import Dmon, dmon_of
+from gpuctl.validation.parsers.dmon import Dmon, dmon_of, merge_dmon
 from gpuctl.validation.parsers.nccl import nccl_rows_of
 from gpuctl.validation.parsers.topo import topology_of
+from gpuctl.validation.probes import parser_of
 from gpuctl.validation.results import CheckResult
 
 
@@ -112,18 +113,21 @@ def _bucketed(points: Sequence[list[float]], keep: Any) -> list[tuple[float, flo
 def burn_series(outputs: Outputs) -> dict[str, Any]:
     """The burn loop's time series: dmon's columns per GPU, the busbw of each all_reduce run."""
     out: dict[str, Any] = {}
-    got = outputs.get(burn.DMON_KIND)
-    if got is None:  # not a burn: nothing of the loop to look for
+    if burn.DMON_KIND not in outputs:  # not a burn: nothing of the loop to look for
         return out
-    if got.failure() is None:
-        parsed = got.parse_as(burn.DMON_KIND)
-        if parsed.recognised:
-            dmon = dmon_of(parsed.data)
-            interval = float(burn.rules().dmon_interval_s)
-            for names in BURN_COLUMNS:
-                drawn = _over_time(dmon, names, interval)
-                if drawn:
-                    out[names[0]] = drawn
+    parts = []
+    for kind, got in outputs.items():  # dmon, dmon.1, ...: one per four GPUs
+        if parser_of(kind) == burn.DMON_KIND and got.failure() is None:
+            parsed = got.parse_as(kind)
+            if parsed.recognised:
+                parts.append(dmon_of(parsed.data))
+    if parts:
+        dmon = merge_dmon(parts)
+        interval = float(burn.rules().dmon_interval_s)
+        for names in BURN_COLUMNS:
+            drawn = _over_time(dmon, names, interval)
+            if drawn:
+                out[names[0]] = drawn
     runs = []
     for kind, run in outputs.items():
         cycle = burn.cycle_of(kind)
