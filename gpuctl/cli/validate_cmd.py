@@ -18,7 +18,7 @@ from gpuctl.errors import UsageError
 from gpuctl.provision.runner import state_dir_for
 from gpuctl.validation.api import ValidateResult, drain_failed, judge_bundle, validate
 from gpuctl.validation.bundle import check_bundle_dir
-from gpuctl.validation.burn import parse_duration, show_duration
+from gpuctl.validation.burn import check_asked, parse_duration, show_duration
 from gpuctl.validation.collector import DEFAULT_PARALLEL, LOST_PREFIX, ProgressEvent
 from gpuctl.validation.history import history_path
 from gpuctl.validation.reports.write import write_reports
@@ -241,6 +241,7 @@ def validate_cmd(
         for line in result.warnings:
             console.print(f"[yellow]warning[/yellow]: {_say(line)}")
     else:
+        check_asked(lvl, duration is not None)  # before anything is printed or read
         burn_s = parse_duration(duration) if duration is not None else None
         loaded = load_cluster(cluster)
         count = len(select_nodes(loaded, limit))  # the header says the real numbers

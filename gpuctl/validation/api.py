@@ -49,7 +49,7 @@ from gpuctl.validation.bundle import (
     unreachable_in,
     write_results,
 )
-from gpuctl.validation.burn import with_burn
+from gpuctl.validation.burn import check_asked, with_burn
 from gpuctl.validation.collector import (
     DEFAULT_PARALLEL,
     Collector,
@@ -242,12 +242,7 @@ def validate(
     """
     if level is not None and level not in LEVELS:
         raise UsageError(f"--level: {level!r} is not one of {', '.join(LEVELS)}")
-    if (level == BURN) != (burn_s is not None):
-        raise UsageError(
-            "--level burn needs --duration (4h, 90m)"
-            if level == BURN
-            else "--duration is the burn's: give it with --level burn"
-        )
+    check_asked(level, burn_s is not None)
     nodes = select_nodes(cluster, limit)
     check_out(out)
     become = False

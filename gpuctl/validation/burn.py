@@ -95,6 +95,16 @@ def parse_duration(text: str) -> int:
     return seconds
 
 
+def check_asked(level: str | None, duration_given: bool) -> None:
+    """The burn level comes with its duration, and a duration with the burn level only."""
+    if (level == "burn") != duration_given:
+        raise UsageError(
+            "--level burn needs --duration (4h, 90m)"
+            if level == "burn"
+            else "--duration is the burn's: give it with --level burn"
+        )
+
+
 def show_duration(seconds: float) -> str:
     """``14400`` -> ``4h``, ``5400`` -> ``1h30m``, ``75`` -> ``1m15s``."""
     left, parts = round(seconds), []

@@ -121,6 +121,11 @@ def test_limit_on_a_bundle(cluster_yml: Path, gpu_lost: Path) -> None:
         (["--bundle", "{bundle}", "--out", "x"], "--out does not apply"),
         (["--bundle", "/nonexistent"], "not a directory"),
         (["--parallel", "0"], "Invalid value"),
+        (["--level", "burn"], "--level burn needs --duration"),
+        (["--level", "long", "--duration", "4h"], "--duration is the burn's"),
+        (["--level", "burn", "--duration", "4 hours"], "is not a duration"),
+        (["--level", "burn", "--duration", "10s"], "the burn runs 30 s to 604800 s"),
+        (["--bundle", "{bundle}", "--duration", "4h"], "--duration is the one it records"),
     ],
 )
 def test_usage_errors_exit_2(
