@@ -128,9 +128,11 @@ def dmon_samples(duration_s: int, interval_s: int) -> int:
     return max(1, duration_s // max(1, interval_s)) + 1
 
 
-# dmon's help of some drivers: "Monitoring is limited to a maximum of 4 devices. If no devices
-# are specified, then up to first 4 supported devices ... are used": one dmon per four GPUs,
-# each naming its GPUs (-i), is within that limit on every driver
+# nvidia-smi(1) and dmon's help of R390 to R535 (nvidia-utils-390 ... -535, Ubuntu's archive):
+# "Monitoring is limited to a maximum of 4 devices. If no devices are specified, then up to
+# first 4 supported devices under natural enumeration ... are used"; R545 and later say 16, and
+# a longer -i list is cut to the first N. One dmon per four GPUs, each naming its GPUs (-i), is
+# within the limit of every driver
 DMON_MAX_GPUS = 4
 
 
