@@ -92,6 +92,10 @@ def test_quick_passes_with_zero_failed_checks(cluster: Path, tmp_path: Path) -> 
 
 
 def test_standard_passes_with_nccl_dcgm_and_ib_write_bw(cluster: Path, tmp_path: Path) -> None:
+    """Every check of standard passes on the healthy lab; among them issue 18's point 6 on real
+    tools (nothing simulated): `slurmd -C` of the installed Slurm against the NodeName line
+    gpuctl wrote, `df` of the mounts the lab's cluster.yml requires (/ with 1 GiB free, /tmp a
+    tmpfs)."""
     code, report, err = _validate(cluster, tmp_path, "--level", "standard")
     assert code == 0, (_bad(report), err[-2000:])
     assert _bad(report) == {n: [] for n in NODES}
@@ -102,16 +106,10 @@ def test_standard_passes_with_nccl_dcgm_and_ib_write_bw(cluster: Path, tmp_path:
         assert all(c["verdict"] == "ok" and c["measured"] > 375 for c in bw), bw
         assert _checks(report, node, "dcgm.diag")
         assert all(c["verdict"] == "ok" for c in _checks(report, node, "dcgm.diag"))
+    _node_basics_pass(report)
 
 
-def test_node_basics_are_judged_with_the_real_slurmd_and_df(cluster: Path, tmp_path: Path) -> None:
-    """Issue 18, point 6, on real tools (nothing simulated): `slurmd -C` of the installed
-    Slurm against the NodeName line gpuctl wrote, `df` of the mounts the lab's cluster.yml
-    requires (/ with 1 GiB free, /tmp a tmpfs). A /tmp unmounted on gpu002 (its files then
-    land on the root file system, as when an NFS mount fails) fails gpu002 alone, at quick;
-    a RealMemory above what the nodes have fails every compute node on node.memory."""
-    code, report, err = _validate(cluster, tmp_path, "--level", "standard")
-    assert code == 0, (_bad(report), err[-2000:])
+def _node_basics_pass(report: dict[str, Any]) -> None:
     for node in GPUS:
         for check in ("node.cpus", "node.memory"):
             [found] = _checks(report, node, check)
@@ -124,6 +122,13 @@ def test_node_basics_are_judged_with_the_real_slurmd_and_df(cluster: Path, tmp_p
             ("/tmp", "ok"),  # noqa: S108 - a mount point the lab requires
         ]
     assert _checks(report, "ctl01", "node.mount") == []  # the gpu group's mounts only
+
+
+def test_node_basics_are_judged_with_the_real_slurmd_and_df(cluster: Path, tmp_path: Path) -> None:
+    """Issue 18, point 6 (the healthy run: test_standard_passes_...): a /tmp unmounted on
+    gpu002 (its files then land on the root file system, as when an NFS mount fails) fails
+    gpu002 alone, at quick; a RealMemory above what the nodes have fails every compute node on
+    node.memory."""
     unmount = sh(lab.address_of("gpu002"), "umount -l /tmp")  # lazily: a file may be open
     assert unmount.returncode == 0, unmount.stderr
     try:
