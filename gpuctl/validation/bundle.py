@@ -29,7 +29,7 @@ import shlex
 import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -168,6 +168,23 @@ class NodeFolder:
                 (self.folder / f"{kind}.txt").unlink()
         with self.lock:
             self.probes[kind] = {**probe_meta(result, argv, timeout_s), **extra}
+
+    def run_recorded(
+        self,
+        kind: str,
+        argv: Sequence[str],
+        timeout_s: float,
+        run: Callable[[Sequence[str], float], ExecResult],
+    ) -> ExecResult:
+        """Run ``argv`` through ``run`` and record it as ``kind`` with its times; a transport
+        bug is recorded as the command's error, never lost with the node's other outputs."""
+        sent = time.time()
+        try:
+            result = run(argv, timeout_s)
+        except Exception as exc:
+            result = ExecResult(error=f"could not run: {exc or type(exc).__name__}")
+        self.record(kind, result, argv, timeout_s, **sent_received(sent))
+        return result
 
     def write_meta(self) -> None:
         with self.lock:

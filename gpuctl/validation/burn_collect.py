@@ -11,19 +11,21 @@ the duration asked for.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
 
 from gpuctl.remote import ExecResult, LinkSession
 from gpuctl.validation import burn
-from gpuctl.validation.bundle import NodeFolder, sent_received
+from gpuctl.validation.bundle import NodeFolder
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.probes import PROBES
 
 Runner = Callable[[LinkSession, Sequence[str], float], ExecResult]
-# the kernel log's command: the xid probe's own (the same reading, after the loop)
+# the probe table's own commands for the reads around the loop (the same readings, again)
 XID_ARGV = next(p.argv for p in PROBES if p.kind == "xid")
+SMI_ARGV = next(p.argv for p in PROBES if p.kind == "smi-xml")
 
 
 def _one(
@@ -34,13 +36,7 @@ def _one(
     argv: Sequence[str],
     timeout_s: float,
 ) -> ExecResult:
-    sent = time.time()
-    try:
-        result = run_fn(session, argv, timeout_s)
-    except Exception as exc:  # a transport bug must not lose the node's other outputs
-        result = ExecResult(error=f"could not run: {exc or type(exc).__name__}")
-    state.record(kind, result, argv, timeout_s, **sent_received(sent))
-    return result
+    return state.run_recorded(kind, argv, timeout_s, functools.partial(run_fn, session))
 
 
 def run(
@@ -54,7 +50,7 @@ def run(
     """The burn loop on ``exp``'s node for ``duration_s`` seconds; ``stopped`` says the
     collection was cancelled (the loop ends after the command that runs)."""
     rules = burn.rules()
-    _one(state, session, run_fn, burn.SMI_START, ("nvidia-smi", "-q", "-x"), burn.SMI_TIMEOUT_S)
+    _one(state, session, run_fn, burn.SMI_START, SMI_ARGV, burn.SMI_TIMEOUT_S)
     start = time.monotonic()
     deadline = start + duration_s
     # one dmon per four GPUs, each on its own channel; each ends by itself after its samples,
@@ -95,5 +91,5 @@ def run(
     for sampler in samplers:
         sampler.join()
     if session.lost() is None:
-        _one(state, session, run_fn, burn.SMI_END, ("nvidia-smi", "-q", "-x"), burn.SMI_TIMEOUT_S)
+        _one(state, session, run_fn, burn.SMI_END, SMI_ARGV, burn.SMI_TIMEOUT_S)
         _one(state, session, run_fn, burn.XID_END, XID_ARGV, burn.XID_TIMEOUT_S)

@@ -61,7 +61,6 @@ from gpuctl.validation.bundle import (
     iso,
     new_header,
     said,
-    sent_received,
     write_header,
 )
 from gpuctl.validation.expect import NodeExpectation
@@ -236,13 +235,8 @@ class Collector:
             else:
                 state.record(probe.kind, ExecResult(error="no --duration given"), (), 0)
             return
-        argv = probe.command(exp)
-        sent = time.time()
-        try:
-            result = self._run(session, argv, probe.timeout_s)
-        except Exception as exc:  # a transport bug must not lose the node
-            result = ExecResult(error=f"could not run: {exc or type(exc).__name__}")
-        state.record(probe.kind, result, argv, probe.timeout_s, **sent_received(sent))
+        run = functools.partial(self._run, session)
+        state.run_recorded(probe.kind, probe.command(exp), probe.timeout_s, run)
 
     # -- phase 1: every node's own probes -------------------------------------------------
 

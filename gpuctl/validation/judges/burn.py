@@ -381,6 +381,16 @@ def _busbw(run: ProbeOutput) -> tuple[float | None, str]:
     return value, "" if value is not None else "busbw is not a number"
 
 
+def loop_busbw(outputs: Outputs) -> list[tuple[int, float]]:
+    """(run, busbw) of each all_reduce run of the loop that gave one (the report draws them)."""
+    series = []
+    for cycle, run in _cycles(outputs, "nccl"):
+        busbw, _ = _busbw(run)
+        if busbw is not None:
+            series.append((cycle, busbw))
+    return series
+
+
 def _nccl(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     runs = _cycles(outputs, "nccl")
     if not runs:

@@ -18,6 +18,7 @@ from typing import Any
 from gpuctl.validation import burn
 from gpuctl.validation.expect import NodeExpectation
 from gpuctl.validation.judges.base import Outputs, threshold_value
+from gpuctl.validation.judges.burn import loop_busbw
 from gpuctl.validation.parsers.dmon import Dmon, dmon_of, merge_dmon
 from gpuctl.validation.parsers.nccl import nccl_rows_of
 from gpuctl.validation.parsers.topo import topology_of
@@ -128,20 +129,9 @@ def burn_series(outputs: Outputs) -> dict[str, Any]:
             drawn = _over_time(dmon, names, interval)
             if drawn:
                 out[names[0]] = drawn
-    runs = []
-    for kind, run in outputs.items():
-        cycle = burn.cycle_of(kind)
-        if cycle is None or not kind.startswith("nccl.") or run.failure() is not None:
-            continue
-        rows = nccl_rows_of(run.parse_as(kind).data)
-        top = max(
-            rows, key=lambda r: r.size if isinstance(r.size, int | float) else 0.0, default=None
-        )
-        busbw = top.out_of_place.busbw if top is not None and top.out_of_place else None
-        if isinstance(busbw, int | float) and math.isfinite(busbw):
-            runs.append([float(cycle), float(busbw)])
+    runs = [[float(cycle), busbw] for cycle, busbw in loop_busbw(outputs)]
     if runs:
-        out["nccl"] = sorted(runs)
+        out["nccl"] = runs
     return out
 
 
