@@ -34,7 +34,7 @@ def commands_by_kind() -> dict[str, list[str]]:
         if probe.per_gpu or probe.burn:  # one run per GPU, the burn loop's: below
             continue
         argv = tuple(
-            arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
+            arg.format(gpus="<gpus>", hca="<hca>", port="<port>", mounts="<paths>", cuda="<cuda>")
             for arg in probe.argv
         )
         sources.setdefault(probe.parser, []).append(argv)

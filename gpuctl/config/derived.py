@@ -218,7 +218,11 @@ def summarize(cluster: Cluster) -> ClusterSummary:
                     if group.gpus and model
                     else None
                 ),
-                nics=tuple(f"{n.devices}@{n.fabric}" for n in group.nics),
+                nics=tuple(
+                    f"{n.devices}{'' if n.ports == [1] else ':' + ','.join(map(str, n.ports))}"
+                    f"@{n.fabric}"
+                    for n in group.nics
+                ),
                 validation_level=(group.validation.level or cluster.validation.level).value,
                 thresholds=effective_thresholds(cluster, group, gi),
             )

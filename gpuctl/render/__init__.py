@@ -537,20 +537,21 @@ def _group_vars(cluster: Cluster, group: NodeGroup, gi: int) -> dict[str, Any]:
     next_rail: dict[str, int] = {}  # rails count on across nics[] entries of the same fabric
     for nic in group.nics:
         fab = fabrics[nic.fabric]
-        for dev in NodeSet(nic.devices):
+        for dev, port in ((d, p) for d in NodeSet(nic.devices) for p in nic.ports):
             rail = next_rail.get(fab.name, 0)
             if nic.rails:
                 next_rail[fab.name] = rail + 1
             nics.append(
                 {
                     "device": dev,
+                    "port": port,
                     "fabric": fab.name,
                     "kind": fab.kind.value,
                     "rate_gbps": nic.rate_gbps or fabric_rate(fab),
                     "rail": rail if nic.rails else None,
                 }
             )
-    rdma_devices = [n["device"] for n in nics]
+    rdma_devices = list(dict.fromkeys(n["device"] for n in nics))  # a device once, its ports all
     roce = [n for n in nics if n["kind"] == "roce"]
     qos_vars: dict[str, Any] = {}
     # /etc/nccl.conf (the nccl role): only the lines that apply. NCCL does not use RDMA-CM and

@@ -57,7 +57,8 @@ _MIB = 1024 * 1024
 OUTPUT_LIMIT = 65 * _MIB
 META_LIMIT = 16 * _MIB  # meta.json, bundle.json: stderr tails and pair lists, far below this
 # A probe kind names a file of the node folder: nothing with a path separator or a leading dot
-_KIND = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# (``:``: an adapter port's name, ``perfquery.start.mlx4_0:2``)
+_KIND = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 # The collection time ends the Xid window: a clock this far ahead of this machine's is skew,
 # further is not a collection time; nor is one before gpuctl's bundle format existed.
 CLOCK_SKEW = timedelta(minutes=5)

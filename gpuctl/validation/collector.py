@@ -63,7 +63,7 @@ from gpuctl.validation.bundle import (
     said,
     write_header,
 )
-from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.expect import NodeExpectation, nic_named
 from gpuctl.validation.gpudirect import Route
 from gpuctl.validation.judges.base import ProbeOutput
 from gpuctl.validation.pair_run import BANDWIDTH, LATENCY, PairTest, lost_sides, run_sides
@@ -294,11 +294,13 @@ class Collector:
     # -- phase 2: ib_write_bw between nodes -----------------------------------------------
 
     def _hcas(self, node: str, fabric: str) -> list[str]:
-        return [n.device for n in self.exps[node].nics if n.fabric == fabric]
+        return [n.name for n in self.exps[node].nics if n.fabric == fabric]
 
     def _perftest_options(self, node: str, hca: str) -> tuple[str, ...]:
-        """``hca``'s RoCE addressing on ``node`` (GID index, traffic class)."""
-        nic = next((n for n in self.exps[node].nics if n.device == hca), None)
+        """The addressing of ``hca`` on ``node`` (an adapter port's name; GPUDirect: a device,
+        its first port): its port, RoCE's GID index and traffic class."""
+        nics = self.exps[node].nics
+        nic = nic_named(nics, hca) or next((n for n in nics if n.device == hca), None)
         return perftest_options(nic)
 
     @staticmethod
@@ -510,7 +512,7 @@ class Collector:
 
     def _passes(self, node: str, hca: str, result: ExecResult, test: PairTest) -> bool:
         exp = self.exps[node]
-        only = tuple(n for n in exp.nics if n.device == hca)
+        only = tuple(n for n in exp.nics if n.name == hca)
         if not only:
             return True
         out = ProbeOutput(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from gpuctl.config.model import (
     Fabric,
     FabricKind,
     KernelModules,
+    NodeGroup,
     RdmaStack,
     RoceQos,
     Role,
@@ -30,10 +32,45 @@ class ExpectedNic:
     # class it sends with (--tclass: DSCP << 2, the lossless class the roce_qos role sets up)
     gid_index: int | None = None
     traffic_class: int | None = None
+    # the port of the device (``nics[].ports``): 1 on ConnectX-4 and later, where each port is
+    # its own device; a device with several ports (``mlx4_0``) has one ExpectedNic per port
+    port: int = 1
+    # whether the name says the port (the device has another port listed, or this is not 1)
+    qualified: bool = False
 
     @property
     def link_layer(self) -> str:
         return "InfiniBand" if self.kind == "infiniband" else "Ethernet"
+
+    @property
+    def name(self) -> str:
+        """The port as validation names it: its subject, its outputs' kinds, NCCL's notation
+        (``NCCL_IB_HCA``: ``mlx4_0:2``), the device alone for a device's only port 1."""
+        return port_name(self.device, self.port, self.qualified)
+
+    @property
+    def port_subject(self) -> str:
+        """The port as the ibstat checks name it: ``mlx5_0/1``."""
+        return f"{self.device}/{self.port}"
+
+
+PORT_SEP = ":"  # NCCL_IB_HCA's and UCX_NET_DEVICES' device:port
+
+
+def port_name(device: str, port: int = 1, qualified: bool = False) -> str:
+    return f"{device}{PORT_SEP}{port}" if qualified or port != 1 else device
+
+
+def split_port(name: str) -> tuple[str, int]:
+    """(device, port) of a port's :attr:`ExpectedNic.name`."""
+    device, sep, port = name.rpartition(PORT_SEP)
+    if sep and port.isdigit():
+        return device, int(port)
+    return name, 1
+
+
+def nic_named(nics: Sequence[ExpectedNic], name: str) -> ExpectedNic | None:
+    return next((n for n in nics if n.name == name), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,17 +172,7 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
             if gpus
             else None
         )
-        nics = tuple(
-            ExpectedNic(
-                dev,
-                nic.fabric,
-                fabrics[nic.fabric].kind.value,
-                nic.rate_gbps or fabric_rate(fabrics[nic.fabric]),
-                *_roce_addressing(fabrics[nic.fabric]),
-            )
-            for nic in group.nics
-            for dev in _expand(nic.devices)
-        )
+        nics = _nics(group, fabrics)
         compute = Role.COMPUTE in group.roles
         pairs = (nvlink_pairs(gpus) or ()) if gpus else ()
         pairs_from = (
@@ -191,6 +218,29 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
                 ),
             )
     return out
+
+
+def _nics(group: NodeGroup, fabrics: Mapping[str, Fabric]) -> tuple[ExpectedNic, ...]:
+    """One per port of each device of the group's ``nics``; a device with several ports
+    listed (in one entry or several) names each port with its number."""
+    listed = [
+        (nic, dev, port) for nic in group.nics for dev in _expand(nic.devices) for port in nic.ports
+    ]
+    ports: dict[str, int] = {}
+    for _, dev, _ in listed:
+        ports[dev] = ports.get(dev, 0) + 1
+    return tuple(
+        ExpectedNic(
+            dev,
+            nic.fabric,
+            fabrics[nic.fabric].kind.value,
+            nic.rate_gbps or fabric_rate(fabrics[nic.fabric]),
+            *_roce_addressing(fabrics[nic.fabric]),
+            port=port,
+            qualified=ports[dev] > 1,
+        )
+        for nic, dev, port in listed
+    )
 
 
 def _expand(nodeset: str) -> list[str]:

@@ -47,7 +47,9 @@ def routes(folder: NodeFolder, exp: NodeExpectation) -> dict[int, gpudirect.Rout
     result = parse("topo", data.decode("utf-8", errors="replace"))
     if not result.recognised:
         return "nvidia-smi topo -m was not recognised: no adapter per GPU"
-    return gpudirect.nearest_nics(result.data, [n.device for n in exp.nics], exp.gpu_count)
+    # topo -m names devices: a device with several ports is measured on its first listed port
+    devices = list(dict.fromkeys(n.device for n in exp.nics))
+    return gpudirect.nearest_nics(result.data, devices, exp.gpu_count)
 
 
 def both_streams(result: ExecResult) -> ExecResult:

@@ -48,7 +48,7 @@ from typing import TypeVar
 
 from gpuctl.config.model import LEVELS, Level
 from gpuctl.validation import gpudirect
-from gpuctl.validation.expect import ExpectedNic, NodeExpectation
+from gpuctl.validation.expect import ExpectedNic, NodeExpectation, split_port
 
 T = TypeVar("T")
 QUICK, STANDARD, LONG = Level.QUICK.value, Level.STANDARD.value, Level.LONG.value
@@ -76,7 +76,8 @@ class Probe:
     # light probes), so that growth under load is judged: AFTER_GPU_TESTS runs after the node's
     # exclusive probes, AFTER_PAIRS after ib_write_bw between nodes (node-check: both last)
     after: str = ""
-    # one probe per InfiniBand HCA of the node: ``{hca}`` in argv, kind ``<kind>.<hca>``
+    # one probe per InfiniBand adapter port of the node: ``{hca}`` (device) and ``{port}`` in
+    # argv, kind ``<kind>.<name>`` (ExpectedNic.name)
     per_hca: bool = False
     # with per_hca: the kinds of adapter it runs for (RoCE ports too, where the tool reads them)
     nic_kinds: tuple[str, ...] = ("infiniband",)
@@ -454,19 +455,20 @@ PROBES: tuple[Probe, ...] = (
         description="NVLink error counters again, after the GPU tests and the multi-node runs",
     ),
     # InfiniBand port error counters, per HCA, read twice around every test of the level,
-    # ib_write_bw between nodes included (port 1: each ConnectX port is its own device)
+    # ib_write_bw between nodes included (each port of nics[].ports: on ConnectX-4 and later
+    # each port is its own device, port 1)
     *_read_twice(
         "perfquery",
-        ("perfquery", "-x", "-C", "{hca}", "-P", "1"),
+        ("perfquery", "-x", "-C", "{hca}", "-P", "{port}"),
         ib_nics,
         "InfiniBand port error counters (perfquery -x)",
         ("infiniband",),
     ),
     # RoCE ports' error counters (the kernel's hw_counters: out_of_sequence, local_ack_timeout_err,
-    # ...), per adapter, read twice like the InfiniBand ones (port 1: each port its own device)
+    # ...), per adapter port, read twice like the InfiniBand ones
     *_read_twice(
         "rdma-stat",
-        ("rdma", "statistic", "show", "link", "{hca}/1"),
+        ("rdma", "statistic", "show", "link", "{hca}/{port}"),
         roce_nics,
         "RoCE port error counters (rdma statistic)",
         ("roce",),
@@ -476,7 +478,7 @@ PROBES: tuple[Probe, ...] = (
     # BER is a rate since the counters were last cleared, not a count)
     Probe(
         "mlxlink",
-        ("mlxlink", "-d", "{hca}", "-m", "-c"),
+        ("mlxlink", "-d", "{hca}", "-p", "{port}", "-m", "-c"),
         15,
         _levels(STANDARD, LONG),
         mft_nics,
@@ -635,13 +637,16 @@ def _plan(exp: NodeExpectation, lvl: str) -> list[Probe]:
 
 
 def _per_hca(probe: Probe, exp: NodeExpectation) -> list[Probe]:
-    """One copy of ``probe`` per adapter of the node of the probe's ``nic_kinds`` (InfiniBand
-    by default): ``{hca}`` filled in, kind ``<kind>.<hca>``."""
+    """One copy of ``probe`` per adapter port of the node of the probe's ``nic_kinds``
+    (InfiniBand by default): ``{hca}`` (the device) and ``{port}`` filled in, kind
+    ``<kind>.<name>`` (:attr:`ExpectedNic.name`: ``mlx5_0``, ``mlx4_0:2``)."""
     return [
         replace(
             probe,
-            kind=f"{probe.kind}.{n.device}",
-            argv=tuple(a.replace("{hca}", n.device) for a in probe.argv),
+            kind=f"{probe.kind}.{n.name}",
+            argv=tuple(
+                a.replace("{hca}", n.device).replace("{port}", str(n.port)) for a in probe.argv
+            ),
             per_hca=False,
         )
         for n in exp.nics
@@ -698,12 +703,18 @@ IB_WRITE_BW_SERVER_START_S = 15
 SERVER_READY = "Waiting for client to connect"
 
 
+def ib_port(hca: str) -> tuple[str, str]:
+    """perftest's ``-d DEVICE`` for an adapter port's name (``mlx5_0``, ``mlx4_0:2``: its port
+    is :func:`perftest_options`' ``-i``)."""
+    return ("-d", split_port(hca)[0])
+
+
 def ib_write_bw_server(hca: str, port: int, options: Sequence[str] = ()) -> tuple[str, ...]:
-    """The server side on ``hca``; ``options``: :func:`perftest_options` of its adapter."""
+    """The server side on the adapter port ``hca`` (:attr:`ExpectedNic.name`), ``port`` its
+    TCP port; ``options``: :func:`perftest_options` of its adapter."""
     return (
         "ib_write_bw",
-        "-d",
-        hca,
+        *ib_port(hca),
         "-p",
         str(port),
         "-s",
@@ -721,12 +732,15 @@ def ib_write_bw_client(
 
 
 def perftest_options(nic: ExpectedNic | None) -> tuple[str, ...]:
-    """perftest's addressing of a RoCE adapter: the GID index (``-x``, cluster.yml's
+    """perftest's addressing of an adapter port: the port of a device with several (``-i``,
+    "--ib-port", port 1 when not given); on RoCE the GID index (``-x``, cluster.yml's
     ``fabrics[].gid_index``) and the traffic class (``--tclass``, DSCP << 2: the lossless
-    class, as NCCL_IB_TC); nothing on InfiniBand."""
+    class, as NCCL_IB_TC)."""
     if nic is None:
         return ()
     out: tuple[str, ...] = ()
+    if nic.name != nic.device:
+        out += ("-i", str(nic.port))
     if nic.gid_index is not None:
         out += ("-x", str(nic.gid_index))
     if nic.traffic_class is not None:
@@ -749,7 +763,7 @@ LAT_PREFIX = "perftest.lat."
 
 def ib_write_lat_server(hca: str, port: int, options: Sequence[str] = ()) -> tuple[str, ...]:
     """The latency test's server side on ``hca`` (``options``: :func:`perftest_options`)."""
-    return ("ib_write_lat", "-d", hca, "-p", str(port), "-F", *options)
+    return ("ib_write_lat", *ib_port(hca), "-p", str(port), "-F", *options)
 
 
 def ib_write_lat_client(

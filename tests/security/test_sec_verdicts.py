@@ -235,7 +235,7 @@ def test_ib_write_bw_just_above_the_line_rate_fails_and_below_passes() -> None:
 
 def test_ib_write_bw_ceiling_is_the_rate_ibstat_reports_when_given() -> None:
     # configured for 400, but the port trained at 200: 390 Gb/s cannot be real
-    [r] = judge_ib_write_bw(roce_400(), perftest_with("391.80"), port_rates={"mlx5_0": 200.0})
+    [r] = judge_ib_write_bw(roce_400(), perftest_with("391.80"), port_rates={"mlx5_0/1": 200.0})
     assert r.verdict is Verdict.FAIL
     assert "above the physical limit" in r.message
     assert "200 Gb/s" in r.message
@@ -292,13 +292,13 @@ def test_infinite_percent_of_limit_cannot_be_produced() -> None:
 
 def test_rates_ibstat_reports_are_read_for_the_ceiling() -> None:
     rates = port_rates({"ibstat": ProbeOutput("ibstat", body(IBSTAT_NDR))})
-    assert rates["mlx5_0"] == 400.0
+    assert rates["mlx5_0/1"] == 400.0
     forged = injected(
         "ibstat",
         body(IBSTAT_NDR),
         lambda d: d["cas"]["mlx5_0"]["ports"]["1"].__setitem__("rate", 1e308),
     )
-    assert "mlx5_0" not in port_rates({"ibstat": forged})
+    assert "mlx5_0/1" not in port_rates({"ibstat": forged})
 
 
 # ------------------------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def test_mlxlink_runs_per_adapter_where_mft_is_installed_at_standard(cluster_yml
     plan = probes_for(exp, "standard")
     runs = [p for p in plan if p.parser == "mlxlink"]
     assert [p.command(exp) for p in runs] == [
-        ("mlxlink", "-d", f"mlx5_{i}", "-m", "-c") for i in range(8)
+        ("mlxlink", "-d", f"mlx5_{i}", "-p", "1", "-m", "-c") for i in range(8)
     ]
     assert plan[-len(runs) :] == runs  # after ib_write_bw between nodes, with the last reads
     doc = cluster_yml.read_text(encoding="utf-8").replace('  mft: "4.26.1-3"', "")

@@ -703,7 +703,7 @@ def _ib_verdicts(cluster: Cluster, tmp: Path) -> Any:
 
     node = group.node_names()[0]
     exp = expectations(cluster)[node]
-    per_hca = {nic.device: _bundle(bw, "ib_write_bw") for nic in exp.nics}
+    per_hca = {nic.name: _bundle(bw, "ib_write_bw") for nic in exp.nics}
     return _verdicts(cluster, {node: NodeBundle(node, {}, per_hca)})
 
 
@@ -718,8 +718,7 @@ def _lat_verdicts(cluster: Cluster, tmp: Path) -> Any:
 
     node = group.node_names()[0]
     outputs = {
-        f"perftest.lat.{n.device}": _bundle(lat, "perftest")
-        for n in expectations(cluster)[node].nics
+        f"perftest.lat.{n.name}": _bundle(lat, "perftest") for n in expectations(cluster)[node].nics
     }
     return _verdicts(cluster, {node: NodeBundle(node, outputs)})
 
@@ -896,6 +895,7 @@ PROOFS: dict[str, Proof] = {
             "node_groups[].nics[].devices",
             "node_groups[].nics[].fabric",
             "node_groups[].nics[].rate_gbps",
+            "node_groups[].nics[].ports",
         ),
         _ib_verdicts,
     ),
@@ -954,6 +954,7 @@ CANDIDATES.update(
         **{p + "fleet_relative_min": [0.999, 0.01] for p in _TH},
         **{p + "xid_fatal": [[13], [43]] for p in _TH},
         **{p + "ib_link_flaps_max": [1, 0] for p in _TH},
+        "node_groups[].nics[].ports": [[1, 2], [2]],
         **{p + "clock_offset_max_s": [3.0, 2.0] for p in _TH},
         **{p + k: [1.0, 26.5] for p in _TH for k in ("pcie_h2d_gbs", "pcie_d2h_gbs")},
         **{p + k: [1.0, 174.0] for p in _TH for k in ("p2p_read_gbs", "p2p_write_gbs")},

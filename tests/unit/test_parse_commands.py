@@ -29,7 +29,9 @@ def test_every_probe_command_is_listed_under_its_kind() -> None:
             continue
         shown = _line(
             [
-                arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
+                arg.format(
+                    gpus="<gpus>", hca="<hca>", port="<port>", mounts="<paths>", cuda="<cuda>"
+                )
                 for arg in probe.argv
             ]
         )
@@ -43,7 +45,7 @@ def test_every_listed_command_comes_from_where_it_is_run() -> None:
         if probe.per_gpu or probe.burn:
             continue
         argv = [
-            arg.format(gpus="<gpus>", hca="<hca>", mounts="<paths>", cuda="<cuda>")
+            arg.format(gpus="<gpus>", hca="<hca>", port="<port>", mounts="<paths>", cuda="<cuda>")
             for arg in probe.argv
         ]
         declared.setdefault(probe.parser, set()).add(_line(argv))

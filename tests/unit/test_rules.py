@@ -349,7 +349,7 @@ def duplicate_fabric_name(doc: Doc) -> None:
     doc["fabrics"].append({"name": "ib", "kind": "infiniband", "generation": "hdr"})
 
 
-@case("fabrics[0].generation", "InfiniBand fabrics need a generation (edr, hdr, ndr or xdr)")
+@case("fabrics[0].generation", "InfiniBand fabrics need a generation (fdr, edr, hdr, ndr or xdr)")
 def infiniband_without_generation(doc: Doc) -> None:
     del _fabric(doc)["generation"]
 

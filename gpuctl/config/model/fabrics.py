@@ -17,6 +17,7 @@ class FabricKind(StrEnum):
 
 
 class IbGeneration(StrEnum):
+    FDR = "fdr"
     EDR = "edr"
     HDR = "hdr"
     NDR = "ndr"
@@ -81,7 +82,8 @@ class Fabric(StrictModel):
     name: Name = Field(description="Fabric name, referenced by `nics[].fabric`.")
     kind: FabricKind = Field(description="`infiniband` or `roce`.")
     generation: IbGeneration | None = Field(
-        None, description="InfiniBand generation (`edr`, `hdr`, `ndr`, `xdr`); InfiniBand only."
+        None,
+        description="InfiniBand generation (`fdr`, `edr`, `hdr`, `ndr`, `xdr`); InfiniBand only.",
     )
     rate_gbps: int | None = Field(
         None,

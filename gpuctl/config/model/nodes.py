@@ -105,6 +105,16 @@ class Nic(StrictModel):
         "DGX/HGX). Validation then fails a GPU whose rail adapter is not its nearest in "
         "`nvidia-smi topo -m` (a NIC in another slot, names shifted by a missing adapter).",
     )
+    ports: list[Annotated[int, Field(ge=1, le=254)]] = Field(
+        default_factory=lambda: [1],
+        min_length=1,
+        description="The ports of each device that are cabled to the fabric, e.g. `[1, 2]`. "
+        "On ConnectX-4 and later every port is its own device (port 1); a device with several "
+        "ports (ConnectX-3 `mlx4_0`, `Number of ports: 2` in `ibstat`) lists the ports in use. "
+        "Validation then judges each port on its own and names it as NCCL does (`mlx4_0:2`). "
+        "Ports other than `[1]` are InfiniBand only, without `rails` or the fabric's `ipoib` "
+        "(not supported yet).",
+    )
 
 
 class Role(StrEnum):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpuctl.config.facts import allowed_rates
 from gpuctl.config.findings import Loc
+from gpuctl.config.model.fabrics import Fabric, FabricKind
+from gpuctl.config.model.nodes import Nic
 from gpuctl.config.nodesets import expand
 from gpuctl.config.rules.common import choices, dupes, fold
 
@@ -28,7 +31,7 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                 out.append(
                     (
                         (*base, "generation"),
-                        "InfiniBand fabrics need a generation (edr, hdr, ndr or xdr)",
+                        "InfiniBand fabrics need a generation (fdr, edr, hdr, ndr or xdr)",
                     )
                 )
             if fab.qos is not None:
@@ -82,10 +85,15 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
     users: dict[str, set[str]] = {f.name: set() for f in cluster.fabrics}
     for gi, group in enumerate(cluster.node_groups):
         seen_devices: list[tuple[str, Loc]] = []
+        listed: list[tuple[str, int]] = []  # (device, port) of every entry
         for ni, nic in enumerate(group.nics):
             loc: Loc = ("node_groups", gi, "nics", ni)
             for dev in expand(nic.devices):
-                seen_devices.append((dev, (*loc, "devices")))
+                seen_devices.extend(
+                    (dev if p == 1 else f"{dev} port {p}", (*loc, "devices")) for p in nic.ports
+                )
+                listed.extend((dev, p) for p in nic.ports)
+            dupes(((str(p), (*loc, "ports")) for p in nic.ports), "port", out)
             nic_fab = by_name.get(nic.fabric)
             if nic_fab is None:
                 out.append(
@@ -95,6 +103,7 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                     )
                 )
                 continue
+            out += _ports(nic, nic_fab, loc)
             users[nic_fab.name].update(group.node_names())
             allowed = allowed_rates(nic_fab)
             if nic.rate_gbps is not None and allowed and nic.rate_gbps not in allowed:
@@ -107,6 +116,17 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                     )
                 )
         dupes(seen_devices, "device", out)
+        several = {d for d, n in Counter(d for d, _ in set(listed)).items() if n > 1}
+        for ni, nic in enumerate(group.nics):
+            shared = sorted(several & set(expand(nic.devices)))
+            if nic.rails and shared and nic.ports == [1]:
+                out.append(
+                    (
+                        ("node_groups", gi, "nics", ni, "rails"),
+                        f"rails with {', '.join(shared)} listed with other ports too: "
+                        "not supported yet",
+                    )
+                )
 
     for i, fab in enumerate(cluster.fabrics):
         topo = fab.topology
@@ -132,6 +152,25 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                         f"{fold(strays)} hang off {leaf.name} but have no adapter on {fab.name}",
                     )
                 )
+
+
+def _ports(nic: Nic, fabric: Fabric, loc: Loc) -> list[tuple[Loc, str]]:
+    """Ports other than 1: InfiniBand only, without rails or IPoIB (gpuctl sets those up per
+    device: the rails' GPU-to-adapter affinity, the IPoIB netdev, RoCE's QoS per netdev)."""
+    if nic.ports == [1]:
+        return []
+    why = (
+        "a RoCE fabric"
+        if fabric.kind is FabricKind.ROCE
+        else "rails"
+        if nic.rails
+        else f"fabric {fabric.name}'s ipoib"
+        if fabric.ipoib is not None
+        else None
+    )
+    if why is None:
+        return []
+    return [((*loc, "ports"), f"ports other than [1] with {why}: not supported yet")]
 
 
 def _rates(rates: Sequence[int]) -> str:

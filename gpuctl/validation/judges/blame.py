@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuctl.validation.bundle import read_node_meta
+from gpuctl.validation.expect import split_port
 from gpuctl.validation.judges.infiniband import with_partner
 from gpuctl.validation.probes import perftest_kind
 from gpuctl.validation.results import CheckResult, Verdict
@@ -88,7 +89,12 @@ def pair_peers(
 
 
 def _on_hca(result: CheckResult, hca: str) -> bool:
+    """Whether ``result`` is about the adapter port ``hca`` (``mlx5_0``: ``mlx5_0/1`` too;
+    ``mlx4_0:2``: ``mlx4_0/2``)."""
     subject = result.subject or ""
+    device, port = split_port(hca)
+    if device != hca:
+        return subject in (hca, f"{device}/{port}")
     return subject == hca or subject.startswith(f"{hca}/")
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from gpuctl.config.catalog import CounterRules, counter_rules
-from gpuctl.validation.expect import NodeExpectation
+from gpuctl.validation.expect import ExpectedNic, NodeExpectation
 from gpuctl.validation.judges.base import Outputs, finding, node_judge, usable_parse
 from gpuctl.validation.parsers.ib_counters import port_counters_of
 from gpuctl.validation.parsers.rdma_stat import link_counters_of
@@ -122,7 +122,7 @@ def growth_results(
 
 
 # ------------------------------------------------------------------------------------------
-# InfiniBand port counters (``perfquery -x -C <hca> -P 1``), read before and after every test
+# InfiniBand port counters (``perfquery -x -C <hca> -P <port>``), read before and after every test
 
 PORT_ERRORS = "ib.port.errors"
 FLAPS = "LinkDownedCounter"
@@ -131,7 +131,7 @@ DURING = "the tests (ib_write_bw between nodes included)"
 
 def _reads_counters(exp: NodeExpectation) -> bool:
     return any(
-        collects(exp, f"perfquery.start.{n.device}") for n in exp.nics if n.kind == "infiniband"
+        collects(exp, f"perfquery.start.{n.name}") for n in exp.nics if n.kind == "infiniband"
     )
 
 
@@ -164,10 +164,10 @@ class PortReads:
     kind: str
     nic_kind: str
     what: str
-    counts: Callable[[Mapping[str, Any], str], PortCounts]
+    counts: Callable[[Mapping[str, Any], ExpectedNic], PortCounts]
 
 
-def _perfquery_counts(data: Mapping[str, Any], hca: str) -> PortCounts:
+def _perfquery_counts(data: Mapping[str, Any], nic: ExpectedNic) -> PortCounts:
     return {(b.port, k): v for b in port_counters_of(data) for k, v in b.counts.items()}
 
 
@@ -186,13 +186,13 @@ def _port_errors(
     for nic in exp.nics:
         if nic.kind != reads.nic_kind:
             continue
-        hca = nic.device
+        hca = nic.name  # its outputs' kinds and subject (``mlx5_0``, ``mlx4_0:2``)
         first, unknown_first = usable_parse(exp, outputs, [f"{reads.kind}.start.{hca}"], check)
         last, unknown_last = usable_parse(exp, outputs, [f"{reads.kind}.end.{hca}"], check)
         out += [replace(r, subject=hca) for r in unknown_first + unknown_last]
         if first is None or last is None:
             continue
-        before, after = reads.counts(first.data, hca), reads.counts(last.data, hca)
+        before, after = reads.counts(first.data, nic), reads.counts(last.data, nic)
         if not before or not after:
             which = "first" if not before else "second"
             message = f"{reads.kind} shows no counters of {hca} in the {which} read"
@@ -212,14 +212,14 @@ def _port_errors(
 
 
 # ------------------------------------------------------------------------------------------
-# RoCE port counters (``rdma statistic show link <hca>/1``: the kernel's hw_counters), read
+# RoCE port counters (``rdma statistic show link <hca>/<port>``: the kernel's hw_counters), read
 # before and after every test
 
 ROCE_ERRORS = "roce.port.errors"
 
 
 def _reads_roce_counters(exp: NodeExpectation) -> bool:
-    return any(collects(exp, f"rdma-stat.start.{n.device}") for n in exp.nics if n.kind == "roce")
+    return any(collects(exp, f"rdma-stat.start.{n.name}") for n in exp.nics if n.kind == "roce")
 
 
 @node_judge("rdma-stat.start", "rdma-stat.end", applies=_reads_roce_counters)
@@ -234,12 +234,12 @@ def judge_roce_port_errors(exp: NodeExpectation, outputs: Outputs) -> list[Check
     )
 
 
-def _roce_counts(data: Mapping[str, Any], hca: str) -> PortCounts:
-    """(port, counter) -> count of adapter ``hca``'s ports in one read (another device's
-    lines, which the command does not print, are left out)."""
+def _roce_counts(data: Mapping[str, Any], nic: ExpectedNic) -> PortCounts:
+    """(port, counter) -> count of adapter port ``nic`` in one read (another device's or
+    port's lines, which the command does not print, are left out)."""
     return {
         (link.port, name): value
         for link in link_counters_of(data)
-        if link.device == hca
+        if link.device == nic.device and link.port in (nic.port, None)
         for name, value in link.counts.items()
     }

@@ -40,7 +40,7 @@ def peer_class(kind: str, exp: NodeExpectation, subject: str | None) -> str | No
     None when it has none (an HCA cluster.yml does not list)."""
     if kind == "gpu":
         return f"node group {exp.group} ({exp.gpu_model or 'no GPU model'})"
-    nic = next((n for n in exp.nics if n.device == subject), None)
+    nic = next((n for n in exp.nics if n.name == subject), None)
     if nic is None:
         return None
     rate = f"{nic.rate_gbps} Gb/s" if nic.rate_gbps is not None else "an unknown rate"

@@ -60,24 +60,24 @@ def judge_ib_ports(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
                     "ib.port",
                     Verdict.FAIL,
                     f"{nic.device} is missing from ibstat",
-                    subject=nic.device,
+                    subject=nic.name,
                     evidence=ibstat.errors,
                 )
             )
             continue
-        port = ca.port("1")
+        port = ca.port(str(nic.port))
         if port is None:
             out.append(
                 finding(
                     exp,
                     "ib.port",
                     Verdict.UNKNOWN,
-                    f"{nic.device} shows no port 1",
-                    subject=nic.device,
+                    f"{nic.device} shows no port {nic.port}",
+                    subject=nic.name,
                 )
             )
             continue
-        subject = f"{nic.device}/1"
+        subject = nic.port_subject
         state, phys = port.state, port.physical_state
         if state != "Active" or phys != "LinkUp":
             out.append(
@@ -197,9 +197,11 @@ def _hcas_listed_twice(exp: NodeExpectation, ibstat: Ibstat, text: str | None) -
                     expected="each HCA once",
                 )
             )
-    expected = [n.device for n in exp.nics if n.device in cas]
+    first_port = {n.device: str(n.port) for n in reversed(exp.nics) if n.device in cas}
+    expected = [d for d in dict.fromkeys(n.device for n in exp.nics) if d in cas]
     items = [
-        {"node_guid": cas[d].node_guid, "port_guid": _port_guid(cas[d].port("1"))} for d in expected
+        {"node_guid": cas[d].node_guid, "port_guid": _port_guid(cas[d].port(first_port[d]))}
+        for d in expected
     ]
     keys = (("node_guid", "node GUID", _guid), ("port_guid", "port GUID", _guid))
     for i, (first, label, value) in sorted(first_seen(items, keys).items()):
@@ -221,8 +223,9 @@ def _port_guid(port: IbstatPort | None) -> str | None:
 
 
 def port_rates(outputs: Outputs) -> dict[str, float]:
-    """Port 1's rate per HCA as ibstat reports it (Gb/s), for the ceiling of ib_write_bw;
-    rates no port runs at are left out (the port judge fails them)."""
+    """Each port's rate as ibstat reports it (Gb/s), by its :attr:`ExpectedNic.port_subject`
+    (``mlx5_0/1``), for the ceiling of ib_write_bw; rates no port runs at are left out (the
+    port judge fails them)."""
     probe = outputs.get("ibstat")
     if probe is None or probe.failure() is not None:
         return {}
@@ -232,17 +235,17 @@ def port_rates(outputs: Outputs) -> dict[str, float]:
     top = fastest_rate(None) * (1.0 + ceiling_tolerance())
     rates: dict[str, float] = {}
     for name, ca in record(result, ibstat_of).cas.items():
-        port = ca.port("1")
-        rate = finite(port.rate) if port is not None else None
-        if rate is not None and 0 < rate <= top:
-            rates[name] = rate
+        for number, port in ca.ports.items():
+            rate = finite(port.rate)
+            if rate is not None and 0 < rate <= top:
+                rates[f"{name}/{number}"] = rate
     return rates
 
 
 def _bw_ceiling(nic: ExpectedNic, port_rates: Mapping[str, float] | None, run: Perftest) -> Ceiling:
     """What one ib_write_bw run can reach: the rate ibstat reports for the port, else the
     configured rate, else the fastest port of its kind; twice that both ways or on two ports."""
-    reported = finite((port_rates or {}).get(nic.device))
+    reported = finite((port_rates or {}).get(nic.port_subject))
     if reported is not None and reported > 0:
         ceiling = port_ceiling(reported, "the rate ibstat reports for the port")
     elif nic.rate_gbps:
@@ -274,8 +277,8 @@ def judge_ib_write_bw(
     configured = exp.thresholds.get("ib_write_bw_gbps")
     for nic in exp.nics:
         threshold = threshold_value(configured, nic.rate_gbps)
-        probe = per_hca.get(nic.device)
-        subject = nic.device
+        probe = per_hca.get(nic.name)
+        subject = nic.name
         if probe is None:
             out.append(
                 finding(exp, "ib.write_bw", Verdict.UNKNOWN, "not measured", subject=subject)

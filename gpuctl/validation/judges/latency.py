@@ -41,7 +41,7 @@ def judge_ib_write_lat(
         return []
     out: list[CheckResult] = []
     for nic in exp.nics:
-        subject = nic.device
+        subject = nic.name
         probe = per_hca.get(subject)
         if probe is None:
             out.append(finding(exp, CHECK, Verdict.UNKNOWN, "not measured", subject=subject))

@@ -43,33 +43,33 @@ READINGS = {
 
 
 def _reads_mlxlink(exp: NodeExpectation) -> bool:
-    return any(collects(exp, f"{KIND}.{n.device}") for n in exp.nics)
+    return any(collects(exp, f"{KIND}.{n.name}") for n in exp.nics)
 
 
 @node_judge(KIND, applies=_reads_mlxlink)
 def judge_link_phy(exp: NodeExpectation, outputs: Outputs) -> list[CheckResult]:
     out: list[CheckResult] = []
     for nic in exp.nics:
-        kind = f"{KIND}.{nic.device}"
+        kind = f"{KIND}.{nic.name}"
         if not collects(exp, kind):
             continue
         result, unknown = usable_parse(exp, outputs, [kind], BER)
         if result is None or unknown:
             why = unknown[0].message
             out += [
-                finding(exp, check, Verdict.UNKNOWN, why, subject=nic.device)
+                finding(exp, check, Verdict.UNKNOWN, why, subject=nic.name)
                 for check in (BER, MODULE)
             ]
             continue
         data = result.data
         errors = [str(e) for e in data.get("errors") or []]
         sections = data.get("sections") if isinstance(data.get("sections"), Mapping) else {}
-        out.append(replace(_ber(exp, sections or {}, errors), subject=nic.device))
+        out.append(replace(_ber(exp, sections or {}, errors), subject=nic.name))
         module = data.get("module")
         out.append(
             replace(
                 _module(exp, module if isinstance(module, Mapping) else None, errors),
-                subject=nic.device,
+                subject=nic.name,
             )
         )
     return out
