@@ -129,6 +129,19 @@ def test_ports_gpuctl_cannot_serve_are_refused(
     assert said in _problems(cluster_yml, nics, extra)
 
 
+def test_doca_ofed_is_refused_for_devices_with_several_ports(cluster_yml: Path) -> None:
+    """MLNX_OFED 5.1 and later (DOCA-OFED's driver) dropped ConnectX-3 and Connect-IB."""
+    path = _cluster(cluster_yml, TWO_PORTS)
+    text = path.read_text(encoding="utf-8")
+    assert "\nsoftware:\n" in text
+    doca = '\nsoftware:\n  rdma: {stack: doca-ofed, doca_version: "2.9.1"}\n'
+    path.write_text(text.replace("\nsoftware:\n", doca), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_cluster(path)
+    assert "not driven by DOCA-OFED" in str(err.value)
+    assert "nics[0].ports" in str(err.value)
+
+
 def test_every_port_gets_its_own_counter_and_phy_reads(cluster_yml: Path) -> None:
     exp = _exp(cluster_yml, TWO_PORTS)
     plan = {p.kind: p.command(exp) for p in probes_for(exp, "standard")}

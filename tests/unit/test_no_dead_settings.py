@@ -192,6 +192,17 @@ def _rename_fabric(doc: dict[str, Any], loc: Loc) -> dict[str, Any]:
     return out
 
 
+def _two_ports(doc: dict[str, Any], loc: Loc) -> dict[str, Any]:
+    """Ports [1, 2] where gpuctl serves them: InfiniBand, inbox RDMA stack, no rails."""
+    out = put(doc, loc, [1, 2])
+    nic = out["node_groups"][loc[1]]["nics"][loc[3]]
+    nic.pop("rails", None)
+    out.setdefault("software", {}).pop("rdma", None)
+    for fabric in out.get("fabrics") or []:
+        fabric.pop("ipoib", None)
+    return out
+
+
 def _rename_group(doc: dict[str, Any], loc: Loc) -> dict[str, Any]:
     old = doc["node_groups"][loc[1]]["name"]
     out = put(doc, loc, "renamed")
@@ -954,7 +965,7 @@ CANDIDATES.update(
         **{p + "fleet_relative_min": [0.999, 0.01] for p in _TH},
         **{p + "xid_fatal": [[13], [43]] for p in _TH},
         **{p + "ib_link_flaps_max": [1, 0] for p in _TH},
-        "node_groups[].nics[].ports": [[1, 2], [2]],
+        "node_groups[].nics[].ports": [_two_ports],
         **{p + "clock_offset_max_s": [3.0, 2.0] for p in _TH},
         **{p + k: [1.0, 26.5] for p in _TH for k in ("pcie_h2d_gbs", "pcie_d2h_gbs")},
         **{p + k: [1.0, 174.0] for p in _TH for k in ("p2p_read_gbs", "p2p_write_gbs")},

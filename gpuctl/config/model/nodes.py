@@ -113,7 +113,8 @@ class Nic(StrictModel):
         "ports (ConnectX-3 `mlx4_0`, `Number of ports: 2` in `ibstat`) lists the ports in use. "
         "Validation then judges each port on its own and names it as NCCL does (`mlx4_0:2`). "
         "Ports other than `[1]` are InfiniBand only, without `rails` or the fabric's `ipoib` "
-        "(not supported yet).",
+        "(not supported yet), with `software.rdma.stack: inbox` (DOCA-OFED no longer drives "
+        "ConnectX-3 or Connect-IB).",
     )
 
 

@@ -10,6 +10,7 @@ from gpuctl.config.facts import allowed_rates
 from gpuctl.config.findings import Loc
 from gpuctl.config.model.fabrics import Fabric, FabricKind
 from gpuctl.config.model.nodes import Nic
+from gpuctl.config.model.software import RdmaStack
 from gpuctl.config.nodesets import expand
 from gpuctl.config.rules.common import choices, dupes, fold
 
@@ -104,6 +105,15 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                 )
                 continue
             out += _ports(nic, nic_fab, loc)
+            if nic.ports != [1] and cluster.software.rdma.stack is RdmaStack.DOCA_OFED:
+                out.append(
+                    (
+                        (*loc, "ports"),
+                        "devices with several ports (ConnectX-3, ConnectX-3 Pro, Connect-IB) "
+                        "are not driven by DOCA-OFED (MLNX_OFED 5.1 and later dropped them, "
+                        "its release notes): use software.rdma.stack inbox",
+                    )
+                )
             users[nic_fab.name].update(group.node_names())
             allowed = allowed_rates(nic_fab)
             if nic.rate_gbps is not None and allowed and nic.rate_gbps not in allowed:
