@@ -81,6 +81,8 @@ class Probe:
     per_hca: bool = False
     # with per_hca: the kinds of adapter it runs for (RoCE ports too, where the tool reads them)
     nic_kinds: tuple[str, ...] = ("infiniband",)
+    # with per_hca: also on the ports of a device with several (ConnectX-3 class, nics[].ports)
+    multiport: bool = True
     # one GPUDirect RDMA run per GPU (:mod:`gpuctl.validation.gpudirect`): kind ``<kind><gpu>``;
     # ``{hca}`` (the adapter nearest the GPU) is known only once topo -m has been read, so the
     # collector fills it in and runs the loopback's server and client
@@ -484,6 +486,10 @@ PROBES: tuple[Probe, ...] = (
         mft_nics,
         per_hca=True,
         nic_kinds=("infiniband", "roce"),
+        # not on devices with several ports (ConnectX-3, ConnectX-3 Pro): MFT 4.26 and later
+        # dropped the 4th-generation adapters (Mellanox/mstflint#590, its maintainers: "4th
+        # generation adapters support was removed starting 4.26"; "-E- Unsupported device")
+        multiport=False,
         after=AFTER_PAIRS,
         description="adapter port physical layer (mlxlink -m -c): BER, troubleshooting, module",
     ),
@@ -650,7 +656,7 @@ def _per_hca(probe: Probe, exp: NodeExpectation) -> list[Probe]:
             per_hca=False,
         )
         for n in exp.nics
-        if n.kind in probe.nic_kinds
+        if n.kind in probe.nic_kinds and (probe.multiport or n.name == n.device)
     ]
 
 
