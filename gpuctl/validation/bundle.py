@@ -161,7 +161,11 @@ class NodeFolder:
     def record(
         self, kind: str, result: ExecResult, argv: Sequence[str], timeout_s: float, **extra: Any
     ) -> None:
-        """Store one probe's output (``<kind>.txt``, atomically) and its outcome."""
+        """Store one probe's output (``<kind>.txt``, atomically) and its outcome. A kind that
+        is not a file name of the folder (a path, a leading dot) is a bug: refused, nothing
+        written."""
+        if not _KIND.fullmatch(kind):
+            raise ValueError(f"not a probe kind: {kind[:80]!r}")
         if result.stdout or result.error is None:
             write_atomic(self.folder / f"{kind}.txt", result.stdout)
         else:

@@ -67,6 +67,38 @@ def test_jump_host_and_user_must_be_a_host_name_and_a_login_name(field: str, val
     assert any(f"ssh.jump_host.{field}" in p for p in problems), problems
 
 
+# ------------------------------------------------------------------------------------------
+# RDMA device names become command arguments and the names of the bundle's output files
+
+
+@pytest.mark.parametrize(
+    "value", ["../../../../tmp/gpuctl-pwned", "a/b", "mlx5_0:1", "mlx5_0;id", "-x", ".hidden"]
+)
+def test_device_names_must_be_rdma_device_names(value: str) -> None:
+    doc = _base()
+    doc["node_groups"][2]["nics"][0]["devices"] = value
+    doc["node_groups"][2]["nics"][0]["rails"] = False
+    problems = _problems(doc)
+    assert any(
+        "node_groups[2].nics[0].devices" in p and "not an RDMA device name" in p for p in problems
+    ), problems
+
+
+def test_a_kind_that_is_a_path_is_never_written(tmp_path: Path) -> None:
+    """The bundle writer's own guard, below the config's: nothing outside the node folder."""
+    from gpuctl.remote import ExecResult
+    from gpuctl.validation.bundle import NodeFolder
+
+    folder = NodeFolder(tmp_path / "bundle" / "gpu001")
+    for kind in ("perfquery.start.../../../escaped", "../escaped", ".hidden", "a/b"):
+        with pytest.raises(ValueError, match="not a probe kind"):
+            folder.record(kind, ExecResult(stdout=b"x", rc=0), ("true",), 1)
+    assert not list(tmp_path.rglob("*escaped*"))
+    assert not (tmp_path / "bundle").exists() or not any((tmp_path / "bundle").rglob("*.txt"))
+    folder.record("perfquery.start.mlx4_0:2", ExecResult(stdout=b"x", rc=0), ("true",), 1)
+    assert (tmp_path / "bundle" / "gpu001" / "perfquery.start.mlx4_0:2.txt").read_bytes() == b"x"
+
+
 @pytest.mark.parametrize("value", ["ops$(id)", "-l", "a b", "root\n"])
 def test_ssh_user_must_be_a_login_name(value: str) -> None:
     doc = _base()

@@ -90,7 +90,8 @@ class Nic(StrictModel):
     """Network adapters of one kind in each node of the group."""
 
     devices: NodeSetStr = Field(
-        description="RDMA device names as a node set, e.g. `mlx5_[0-7]` (as `ibstat` lists them)."
+        description="RDMA device names as a node set, e.g. `mlx5_[0-7]` (as `ibstat` lists them: "
+        "letters, digits, `_`, `.`, `-`)."
     )
     fabric: Name = Field(description="Name of the fabric (in `fabrics`) these ports connect to.")
     rate_gbps: int | None = Field(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -16,6 +17,11 @@ from gpuctl.config.rules.common import choices, dupes, fold
 
 if TYPE_CHECKING:
     from gpuctl.config.model import Cluster
+
+
+# an RDMA device's name as the kernel gives it (mlx5_0, ibp12s0, rocep1s0f0, mlx5_bond_0, irdma0,
+# bnxt_re0): it names commands' arguments and the bundle's output files (never a path)
+_DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, str]]) -> None:
@@ -89,7 +95,21 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
         listed: list[tuple[str, int]] = []  # (device, port) of every entry
         for ni, nic in enumerate(group.nics):
             loc: Loc = ("node_groups", gi, "nics", ni)
-            for dev in expand(nic.devices):
+            names = expand(nic.devices)
+            bad = [d for d in names if not _DEVICE.fullmatch(d)]
+            if bad:
+                shown = ", ".join(repr(d[:64]) for d in bad[:3])
+                what = (
+                    "is not an RDMA device name" if len(bad) == 1 else "are not RDMA device names"
+                )
+                out.append(
+                    (
+                        (*loc, "devices"),
+                        f"{shown} {what} (as ibstat lists them: letters, digits, _ . -; a port "
+                        "goes in ports)",
+                    )
+                )
+            for dev in names:
                 seen_devices.extend(
                     (dev if p == 1 else f"{dev} port {p}", (*loc, "devices")) for p in nic.ports
                 )
