@@ -87,6 +87,18 @@ def rail_nics(group: NodeGroup) -> tuple[tuple[int, str], ...]:
     return tuple(out)
 
 
+def multiport_devices(group: NodeGroup) -> set[str]:
+    """The group's devices listed with more than one port (over all ``nics`` entries): each of
+    their ports is named with its number (``mlx4_0:1``) and served on its own."""
+    from gpuctl.config.nodesets import expand
+
+    ports: dict[str, set[int]] = {}
+    for nic in group.nics:
+        for dev in expand(nic.devices):
+            ports.setdefault(dev, set()).update(nic.ports)
+    return {dev for dev, listed in ports.items() if len(listed) > 1}
+
+
 def fabric_rate(fabric: Fabric) -> int | None:
     """The fabric's port rate: given, or derived from the InfiniBand generation."""
     if fabric.rate_gbps is not None:

@@ -8,7 +8,13 @@ from typing import Any
 
 from gpuctl.config.catalog import gpu_spec
 from gpuctl.config.derived import effective_thresholds
-from gpuctl.config.facts import effective_interconnect, fabric_rate, nvlink_pairs, rail_nics
+from gpuctl.config.facts import (
+    effective_interconnect,
+    fabric_rate,
+    multiport_devices,
+    nvlink_pairs,
+    rail_nics,
+)
 from gpuctl.config.model import (
     Cluster,
     Fabric,
@@ -223,12 +229,10 @@ def expectations(cluster: Cluster) -> dict[str, NodeExpectation]:
 def _nics(group: NodeGroup, fabrics: Mapping[str, Fabric]) -> tuple[ExpectedNic, ...]:
     """One per port of each device of the group's ``nics``; a device with several ports
     listed (in one entry or several) names each port with its number."""
+    several = multiport_devices(group)
     listed = [
         (nic, dev, port) for nic in group.nics for dev in _expand(nic.devices) for port in nic.ports
     ]
-    ports: dict[str, int] = {}
-    for _, dev, _ in listed:
-        ports[dev] = ports.get(dev, 0) + 1
     return tuple(
         ExpectedNic(
             dev,
@@ -237,7 +241,7 @@ def _nics(group: NodeGroup, fabrics: Mapping[str, Fabric]) -> tuple[ExpectedNic,
             nic.rate_gbps or fabric_rate(fabrics[nic.fabric]),
             *_roce_addressing(fabrics[nic.fabric]),
             port=port,
-            qualified=ports[dev] > 1,
+            qualified=dev in several,
         )
         for nic, dev, port in listed
     )

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpuctl.config.facts import allowed_rates
+from gpuctl.config.facts import allowed_rates, multiport_devices
 from gpuctl.config.findings import Loc
 from gpuctl.config.model.fabrics import Fabric, FabricKind
 from gpuctl.config.model.nodes import Nic
@@ -92,7 +91,6 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
     users: dict[str, set[str]] = {f.name: set() for f in cluster.fabrics}
     for gi, group in enumerate(cluster.node_groups):
         seen_devices: list[tuple[str, Loc]] = []
-        listed: list[tuple[str, int]] = []  # (device, port) of every entry
         for ni, nic in enumerate(group.nics):
             loc: Loc = ("node_groups", gi, "nics", ni)
             names = expand(nic.devices)
@@ -113,7 +111,6 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                 seen_devices.extend(
                     (dev if p == 1 else f"{dev} port {p}", (*loc, "devices")) for p in nic.ports
                 )
-                listed.extend((dev, p) for p in nic.ports)
             dupes(((str(p), (*loc, "ports")) for p in nic.ports), "port", out)
             nic_fab = by_name.get(nic.fabric)
             if nic_fab is None:
@@ -124,16 +121,7 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                     )
                 )
                 continue
-            out += _ports(nic, nic_fab, loc)
-            if nic.ports != [1] and cluster.software.rdma.stack is RdmaStack.DOCA_OFED:
-                out.append(
-                    (
-                        (*loc, "ports"),
-                        "devices with several ports (ConnectX-3, ConnectX-3 Pro, Connect-IB) "
-                        "are not driven by DOCA-OFED (MLNX_OFED 5.1 and later dropped them, "
-                        "its release notes): use software.rdma.stack inbox",
-                    )
-                )
+            out += _ports(nic, nic_fab, cluster.software.rdma.stack, loc)
             users[nic_fab.name].update(group.node_names())
             allowed = allowed_rates(nic_fab)
             if nic.rate_gbps is not None and allowed and nic.rate_gbps not in allowed:
@@ -146,7 +134,7 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                     )
                 )
         dupes(seen_devices, "device", out)
-        several = {d for d, n in Counter(d for d, _ in set(listed)).items() if n > 1}
+        several = multiport_devices(group)
         for ni, nic in enumerate(group.nics):
             shared = sorted(several & set(expand(nic.devices)))
             if nic.rails and shared and nic.ports == [1]:
@@ -184,23 +172,35 @@ def check_fabrics(cluster: Cluster, nodes: dict[str, int], out: list[tuple[Loc, 
                 )
 
 
-def _ports(nic: Nic, fabric: Fabric, loc: Loc) -> list[tuple[Loc, str]]:
+def _ports(nic: Nic, fabric: Fabric, stack: RdmaStack, loc: Loc) -> list[tuple[Loc, str]]:
     """Ports other than 1: InfiniBand only, without rails or IPoIB (gpuctl sets those up per
-    device: the rails' GPU-to-adapter affinity, the IPoIB netdev, RoCE's QoS per netdev)."""
+    device: the rails' GPU-to-adapter affinity, the IPoIB netdev, RoCE's QoS per netdev), and
+    not with DOCA-OFED, which no longer drives such devices."""
     if nic.ports == [1]:
         return []
-    why = (
-        "a RoCE fabric"
-        if fabric.kind is FabricKind.ROCE
-        else "rails"
-        if nic.rails
-        else f"fabric {fabric.name}'s ipoib"
-        if fabric.ipoib is not None
-        else None
-    )
-    if why is None:
-        return []
-    return [((*loc, "ports"), f"ports other than [1] with {why}: not supported yet")]
+    where = (*loc, "ports")
+    unserved = [
+        why
+        for why, applies in (
+            ("a RoCE fabric", fabric.kind is FabricKind.ROCE),
+            ("rails", nic.rails),
+            (f"fabric {fabric.name}'s ipoib", fabric.ipoib is not None),
+        )
+        if applies
+    ]
+    out: list[tuple[Loc, str]] = []
+    if unserved:
+        out.append((where, f"ports other than [1] with {unserved[0]}: not supported yet"))
+    if stack is RdmaStack.DOCA_OFED:
+        out.append(
+            (
+                where,
+                "devices with several ports (ConnectX-3, ConnectX-3 Pro, Connect-IB) are not "
+                "driven by DOCA-OFED (MLNX_OFED 5.1 and later dropped them, its release notes): "
+                "use software.rdma.stack inbox",
+            )
+        )
+    return out
 
 
 def _rates(rates: Sequence[int]) -> str:
